@@ -1,0 +1,34 @@
+# One entry point for contributors. The README's two commands are `make lab` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+VENV := .venv
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+.PHONY: deps lint sanity unit integration molecule test lab lab-down docs bench
+
+deps: ## apt packages, the pinned venv, dependency collections, the in-place collection link
+	bash scripts/bootstrap.sh
+
+lint: deps ## ansible-lint, production profile
+	ansible-lint --profile production
+
+sanity: deps ## ansible-test sanity on a copy laid out as ansible_collections/pairserve/llm
+	bash scripts/sanity.sh
+
+unit: deps ## fast tests: modules through Ansible over recorded NVML, rendering, parsing
+	bash scripts/pytest.sh tests/unit
+
+integration: deps ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU)
+	bash scripts/pytest.sh tests/integration
+
+molecule: deps ## every molecule scenario in podman containers
+	bash scripts/molecule.sh
+
+test: deps lint sanity unit integration molecule ## the whole test suite (what CI runs)
+
+lab: deps ## the main job on its embedded default: the local lab
+	bash scripts/lab.sh up
+
+lab-down: deps ## tear the lab down
+	bash scripts/lab.sh down

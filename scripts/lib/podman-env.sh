@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# Sourced by the molecule and lab scripts: podman settings for this kind of host, without touching /etc.
+# - runc, not crun: crun 1.8 refuses cgroup v1 hybrid hosts ("cgroups in hybrid mode not supported").
+# - cgroupfs: there is no systemd on the host to be the cgroup manager.
+# - explicit ulimits: podman's root defaults need CAP_SYS_RESOURCE, which this sandbox's root lacks.
+# Also builds (once) the node image shared by molecule and the lab: Debian 12 with systemd as PID 1.
+pairserve_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+pairserve_state=${PAIRSERVE_STATE_DIR:-$pairserve_root/.cache/podman}
+mkdir -p "$pairserve_state"
+PAIRSERVE_NODE_IMAGE=${PAIRSERVE_NODE_IMAGE:-localhost/pairserve-node:bookworm}
+export PAIRSERVE_NODE_IMAGE
+
+_nofile=$(ulimit -Hn)
+_nproc=$(ulimit -Hu)
+if [ "$_nproc" = unlimited ] || [ "$_nproc" -gt 32768 ]; then _nproc=32768; fi
+cat >"$pairserve_state/containers.conf" <<CONF
+[containers]
+default_ulimits = ["nofile=${_nofile}:${_nofile}", "nproc=${_nproc}:${_nproc}"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+CONF
+export CONTAINERS_CONF=$pairserve_state/containers.conf
+
+pairserve_build_node_image() {
+  if podman image exists "$PAIRSERVE_NODE_IMAGE"; then
+    return 0
+  fi
+  local mirror
+  mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  echo "building node image $PAIRSERVE_NODE_IMAGE from $mirror (mmdebstrap, about a minute)"
+  # The epoch-dated apt stamp makes `cache_valid_time` refresh the emptied package lists.
+  mmdebstrap --quiet --variant=apt \
+    --include=python3,python3-apt,python3-venv,sudo,systemd,systemd-sysv,dbus,ca-certificates,iproute2,procps \
+    --aptopt='Acquire::Languages "none"' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+    --customize-hook='mkdir -p "$1"/var/lib/apt/periodic; touch -d @0 "$1"/var/lib/apt/periodic/update-success-stamp' \
+    bookworm - "$mirror" |
+    podman import --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$PAIRSERVE_NODE_IMAGE" >/dev/null
+}
