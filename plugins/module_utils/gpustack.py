@@ -1,0 +1,326 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one GPUStack REST client of pairserve.llm, shared by every module that talks to GPUStack.
+
+Plain urllib through ansible.module_utils.urls, so the modules need no extra Python package on the
+host that runs them. Facts about GPUStack 2.2.3 that this file encodes (checked against its source):
+- errors come back as ``{"code", "reason", "message"}`` (422 validation errors use the same shape);
+- list endpoints are paginated: ``?page=N&perPage=M`` -> ``{"items": [...], "pagination": {"totalPage"}}``;
+- auth is ``Authorization: Bearer <api key>`` or HTTP Basic ``admin:<password>``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+from ansible.module_utils.basic import env_fallback
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.six.moves.urllib.parse import urlencode, quote
+from ansible.module_utils.urls import open_url
+
+# Methods GPUStack handles idempotently: safe to repeat after a 5xx or a dropped connection.
+IDEMPOTENT_METHODS = frozenset(("GET", "PUT", "DELETE", "HEAD"))
+PER_PAGE = 100
+
+
+class GpuStackError(Exception):
+    """A failed GPUStack call: what was asked, the HTTP status and the server's own message."""
+
+    def __init__(self, message, status=None, server_message=None, method=None, url=None, reason=None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.server_message = server_message
+        self.reason = reason
+        self.method = method
+        self.url = url
+
+    def __str__(self):
+        return self.message
+
+    def to_result(self):
+        """Keys a module adds to fail_json so playbooks can branch on the status."""
+        return {"status": self.status, "server_message": self.server_message}
+
+
+def gpustack_argument_spec():
+    """Connection options shared by every GPUStack module (documented by doc fragment pairserve.llm.gpustack)."""
+    return {
+        "api_url": {"type": "str", "required": True, "fallback": (env_fallback, ["GPUSTACK_API_URL"])},
+        "api_key": {"type": "str", "no_log": True, "fallback": (env_fallback, ["GPUSTACK_API_KEY"])},
+        "username": {"type": "str", "default": "admin"},
+        "password": {"type": "str", "no_log": True, "fallback": (env_fallback, ["GPUSTACK_PASSWORD"])},
+        "timeout": {"type": "int", "default": 30},
+        "retries": {"type": "int", "default": 3},
+        "validate_certs": {"type": "bool", "default": True},
+    }
+
+
+GPUSTACK_REQUIRED_ONE_OF = [("api_key", "password")]
+
+
+def _server_message(body):
+    """The human part of a GPUStack error body, whatever its shape; raw text otherwise."""
+    if not body:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        text = body.strip()
+        return text[:500] if text else None
+    if isinstance(data, dict):
+        if isinstance(data.get("message"), str):
+            return data["message"]
+        detail = data.get("detail")
+        if isinstance(detail, str):
+            return detail
+        if isinstance(detail, list):  # FastAPI's own 422 body
+            return "; ".join(
+                "%s: %s" % (".".join(str(p) for p in item.get("loc", [])), item.get("msg"))
+                for item in detail if isinstance(item, dict))
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return error["message"]
+    return json.dumps(data)[:500]
+
+
+class GpuStackClient:
+    """Talks to one GPUStack server.
+
+    Retries with exponential backoff (``backoff * 2**attempt`` seconds) on connection errors and on
+    HTTP 5xx for idempotent methods. A POST is retried only when the connection was refused (the
+    request never reached the server), so a create is never sent twice.
+    """
+
+    def __init__(self, api_url, api_key=None, username="admin", password=None, timeout=30,
+                 validate_certs=True, retries=3, backoff=1.0, sleep=time.sleep):
+        if not api_url:
+            raise GpuStackError("api_url is empty: set it to the GPUStack server, e.g. http://gpustack:30080")
+        base = api_url.rstrip("/")
+        if base.endswith("/v2"):
+            base = base[:-3]
+        if not base.startswith(("http://", "https://")):
+            raise GpuStackError("api_url %r is not an http(s) URL: use e.g. http://gpustack:30080" % api_url)
+        self.base_url = base
+        self.api_key = api_key
+        self.username = username
+        self.password = password
+        self.timeout = timeout
+        self.validate_certs = validate_certs
+        self.retries = max(0, int(retries))
+        self.backoff = backoff
+        self._sleep = sleep
+        # (method, path) of every request that reached the server; tests count PUTs with it.
+        self.calls = []
+
+    @classmethod
+    def from_module(cls, module):
+        params = module.params
+        return cls(params["api_url"], api_key=params.get("api_key"), username=params.get("username") or "admin",
+                   password=params.get("password"), timeout=params.get("timeout", 30),
+                   validate_certs=params.get("validate_certs", True), retries=params.get("retries", 3))
+
+    # -- transport -------------------------------------------------------------------------------
+
+    def _auth(self):
+        if self.api_key:
+            return {"headers": {"Authorization": "Bearer %s" % self.api_key}}
+        if self.password is not None:
+            return {"url_username": self.username, "url_password": self.password, "force_basic_auth": True}
+        return {}
+
+    def url(self, path, params=None):
+        url = self.base_url + path
+        if params:
+            url += "?" + urlencode([(k, v) for k, v in params.items() if v is not None])
+        return url
+
+    def request(self, method, path, body=None, params=None):
+        """One call; returns the decoded JSON body (None when empty). Raises GpuStackError."""
+        method = method.upper()
+        url = self.url(path, params)
+        auth = self._auth()
+        headers = {"Accept": "application/json"}
+        headers.update(auth.pop("headers", {}))
+        data = None
+        if body is not None:
+            data = json.dumps(body)
+            headers["Content-Type"] = "application/json"
+        attempt = 0
+        while True:
+            try:
+                resp = open_url(url, method=method, data=data, headers=headers, timeout=self.timeout,
+                                validate_certs=self.validate_certs, follow_redirects="none", **auth)
+                raw = resp.read()
+                self.calls.append((method, path))
+                if not raw:
+                    return None
+                try:
+                    return json.loads(raw)
+                except ValueError:
+                    raise GpuStackError("GPUStack answered %s %s with a body that is not JSON: %r"
+                                        % (method, url, raw[:200]), status=resp.getcode(), method=method, url=url)
+            except HTTPError as err:
+                self.calls.append((method, path))
+                try:
+                    text = err.read().decode("utf-8", "replace")
+                except Exception:  # pylint: disable=broad-except
+                    text = ""
+                status = err.code
+                if status >= 500 and method in IDEMPOTENT_METHODS and attempt < self.retries:
+                    self._sleep(self.backoff * (2 ** attempt))
+                    attempt += 1
+                    continue
+                raise self._http_error(method, url, status, text)
+            except (URLError, socket.timeout, ConnectionError, OSError) as err:
+                reason = getattr(err, "reason", err)
+                refused = isinstance(reason, ConnectionRefusedError)
+                if attempt < self.retries and (method in IDEMPOTENT_METHODS or refused):
+                    self._sleep(self.backoff * (2 ** attempt))
+                    attempt += 1
+                    continue
+                raise GpuStackError(
+                    "cannot reach GPUStack at %s (%s %s failed after %d attempt(s): %s); check api_url "
+                    "and that the GPUStack server is running and listening there"
+                    % (self.base_url, method, path, attempt + 1, reason), method=method, url=url)
+
+    def _http_error(self, method, url, status, text):
+        server_message = _server_message(text)
+        quoted = server_message or "(empty body)"
+        if status == 401:
+            how = "the API key (api_key)" if self.api_key else "username %r / password" % self.username
+            hint = "GPUStack rejected %s: check the credentials" % how
+        elif status == 403:
+            hint = "the credentials are valid but not allowed to do this (an inference-only API key?)"
+        elif status == 404:
+            hint = "not found"
+        else:
+            hint = None
+        msg = "GPUStack %s %s failed: HTTP %s: %s" % (method, url, status, quoted)
+        if hint:
+            msg += " (%s)" % hint
+        return GpuStackError(msg, status=status, server_message=server_message, method=method, url=url)
+
+    def get(self, path, params=None):
+        return self.request("GET", path, params=params)
+
+    def post(self, path, body=None):
+        return self.request("POST", path, body=body if body is not None else {})
+
+    def put(self, path, body):
+        return self.request("PUT", path, body=body)
+
+    def delete(self, path):
+        return self.request("DELETE", path)
+
+    # -- helpers over the REST shape ---------------------------------------------------------------
+
+    def list(self, path, params=None):
+        """Every item of a paginated list endpoint (follows ``pagination.totalPage``)."""
+        items = []
+        page = 1
+        while True:
+            query = dict(params or {})
+            query.update(page=page, perPage=PER_PAGE)
+            data = self.get(path, query)
+            if isinstance(data, list):  # a few endpoints answer a bare list
+                return data
+            chunk = (data or {}).get("items") or []
+            items.extend(chunk)
+            total_pages = ((data or {}).get("pagination") or {}).get("totalPage") or 1
+            if page >= total_pages or not chunk:
+                return items
+            page += 1
+
+    def find(self, path, name, params=None):
+        """The one live item whose ``name`` is exactly ``name``, or None."""
+        for item in self.list(path, params):
+            if item.get("name") == name and not item.get("deleted_at"):
+                return item
+        return None
+
+    def check_auth(self):
+        """Fail early, with the cause, on a wrong URL or wrong credentials."""
+        return self.get("/v2/users/me")
+
+    # -- resources used by several modules -------------------------------------------------------
+
+    def cluster_by_name(self, name):
+        return self.find("/v2/clusters", name)
+
+    def resolve_cluster_id(self, cluster):
+        """Cluster id from an id or a name; GpuStackError naming the cluster when it does not exist."""
+        if cluster is None:
+            return None
+        if isinstance(cluster, int) or (isinstance(cluster, str) and cluster.isdigit()):
+            return int(cluster)
+        found = self.cluster_by_name(cluster)
+        if not found:
+            names = sorted(c.get("name") for c in self.list("/v2/clusters"))
+            raise GpuStackError("cluster %r does not exist in GPUStack (existing: %s); create it with "
+                                "pairserve.llm.gpustack_cluster first" % (cluster, ", ".join(names) or "none"))
+        return found["id"]
+
+
+def path_id(prefix, item_id):
+    return "%s/%s" % (prefix, quote(str(item_id)))
+
+
+# -- diffs -----------------------------------------------------------------------------------------
+
+def _normalize(value):
+    """JSON round trip so tuples/lists and int/str keys compare the way the server stores them."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+def field_diff(desired, existing, subset_keys=()):
+    """Per-field comparison of the keys the user manages.
+
+    desired: the managed fields (None values are not managed and skipped).
+    existing: the server's object, or None when it does not exist.
+    subset_keys: dict-valued fields where only the desired sub-keys are compared (the server adds
+    its own keys, e.g. ``gpu_selector.gpus_per_replica: null``).
+    Returns (changed_keys, before, after): before/after hold only the changed managed keys, which is
+    what Ansible's diff callback shows.
+    """
+    existing = existing or {}
+    changed = []
+    before = {}
+    after = {}
+    for key in sorted(desired):
+        want = desired[key]
+        if want is None:
+            continue
+        want_n = _normalize(want)
+        have = existing.get(key)
+        have_n = _normalize(have) if have is not None else None
+        if key in subset_keys and isinstance(want_n, dict) and isinstance(have_n, dict):
+            have_cmp = {k: have_n.get(k) for k in want_n}
+        else:
+            have_cmp = have_n
+        if have_cmp != want_n:
+            changed.append(key)
+            before[key] = have_n
+            after[key] = want_n
+    return changed, before, after
+
+
+def present_diff(name, changed, before, after, exists):
+    """The ``diff`` dict modules return: per-field before/after, with headers naming the object."""
+    return {
+        "before": before if exists else {},
+        "after": after,
+        "before_header": "%s (%s)" % (name, "existing" if exists else "absent"),
+        "after_header": "%s (desired)" % name,
+    }
+
+
+def absent_diff(name, existing):
+    return {"before": existing or {}, "after": {}, "before_header": name, "after_header": "%s (absent)" % name}
+
+
+def fail(module, err, action):
+    """fail_json quoting the server's own message and keeping the HTTP status for playbooks."""
+    module.fail_json(msg="%s: %s" % (action, err), **err.to_result())

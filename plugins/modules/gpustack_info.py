@@ -1,0 +1,154 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read GPUStack's view of workers, GPUs, models, instances, routes and clusters."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpustack_info
+short_description: Read workers, GPU devices, models, model instances, routes and clusters from GPUStack
+version_added: 0.1.0
+description:
+  - Lists what GPUStack knows, for waiting and for assertions, for example until every worker is V(ready)
+    with its expected GPU count, or until a model's instances are V(running).
+  - Follows GPUStack's pagination, so the lists are complete.
+author:
+  - pairserve.llm maintainers
+options:
+  gather:
+    description:
+      - Which lists to read. Each one becomes a key of the result.
+    type: list
+    elements: str
+    choices: [workers, gpus, models, model_instances, routes, clusters]
+    default: [workers, gpus, models, model_instances, routes, clusters]
+  names:
+    description:
+      - Keep only the items with one of these names (exact match), in every gathered list.
+      - For V(gpus) the name is the worker's name, and for V(model_instances) the model's name, so
+        O(names=[node-a]) gives node A's worker and its GPUs, and O(names=[qwen-node-a]) a model and its instances.
+    type: list
+    elements: str
+  cluster:
+    description:
+      - Only items of this cluster, by id or by name.
+    type: str
+extends_documentation_fragment:
+  - pairserve.llm.gpustack
+  - pairserve.llm.attributes
+  - pairserve.llm.attributes.INFO_MODULE
+"""
+
+EXAMPLES = r"""
+- name: Wait until both workers are ready with two GPUs each
+  pairserve.llm.gpustack_info:
+    api_url: http://node-a:30080
+    api_key: "{{ pairserve_gpustack_management_key }}"
+    gather: [workers, gpus]
+  register: pairserve_gs
+  until: >-
+    (pairserve_gs.workers | selectattr('state', 'equalto', 'ready') | list | length) == 2
+    and (pairserve_gs.gpus | length) == 4
+  retries: 60
+  delay: 5
+
+- name: Instances of the node A replica
+  pairserve.llm.gpustack_info:
+    api_url: http://node-a:30080
+    api_key: "{{ pairserve_gpustack_management_key }}"
+    gather: [model_instances]
+    names: [qwen-node-a]
+  register: pairserve_instances
+"""
+
+RETURN = r"""
+workers:
+  description: Workers (C(/v2/workers)); C(state) is V(ready) when the worker is up; C(status.gpu_devices) lists its GPUs.
+  returned: when V(workers) is gathered
+  type: list
+  elements: dict
+  sample: [{"id": 1, "name": "node-a", "state": "ready", "cluster_id": 1}]
+gpus:
+  description: GPU devices (C(/v2/gpu-devices)) with C(worker_name), C(index), C(name), C(memory).
+  returned: when V(gpus) is gathered
+  type: list
+  elements: dict
+  sample: [{"worker_name": "node-a", "index": 0, "name": "NVIDIA GeForce RTX 5080"}]
+models:
+  description: Models (C(/v2/models)).
+  returned: when V(models) is gathered
+  type: list
+  elements: dict
+model_instances:
+  description: Model instances (C(/v2/model-instances)); C(state) is V(running) when serving.
+  returned: when V(model_instances) is gathered
+  type: list
+  elements: dict
+  sample: [{"id": 4, "model_name": "qwen-node-a", "state": "running", "worker_name": "node-a"}]
+routes:
+  description: Model routes (C(/v2/model-routes)), each with its C(route_targets) (model id, weight, fallback codes, target id).
+  returned: when V(routes) is gathered
+  type: list
+  elements: dict
+clusters:
+  description: Clusters (C(/v2/clusters)).
+  returned: when V(clusters) is gathered
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
+    GPUSTACK_REQUIRED_ONE_OF,
+    GpuStackClient,
+    GpuStackError,
+    fail,
+    gpustack_argument_spec,
+)
+
+# list name -> (endpoint, key holding the name filtered by `names`)
+SOURCES = {
+    "workers": ("/v2/workers", "name"),
+    "gpus": ("/v2/gpu-devices", "worker_name"),
+    "models": ("/v2/models", "name"),
+    "model_instances": ("/v2/model-instances", "model_name"),
+    "routes": ("/v2/model-routes", "name"),
+    "clusters": ("/v2/clusters", "name"),
+}
+
+
+def main():
+    spec = gpustack_argument_spec()
+    spec.update(
+        gather={"type": "list", "elements": "str", "choices": sorted(SOURCES), "default": sorted(SOURCES)},
+        names={"type": "list", "elements": "str"},
+        cluster={"type": "str"},
+    )
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True, required_one_of=GPUSTACK_REQUIRED_ONE_OF)
+    p = module.params
+    result = {"changed": False}
+    try:
+        client = GpuStackClient.from_module(module)
+        cluster_id = client.resolve_cluster_id(p["cluster"])
+        for what in p["gather"]:
+            endpoint, name_key = SOURCES[what]
+            items = client.list(endpoint)
+            items = [i for i in items if not i.get("deleted_at")]
+            if cluster_id is not None:
+                own = "id" if what == "clusters" else "cluster_id"
+                items = [i for i in items if i.get(own) == cluster_id]
+            if p["names"]:
+                items = [i for i in items if i.get(name_key) in p["names"]]
+            if what == "routes":
+                for route in items:
+                    route["route_targets"] = client.list("/v2/model-route-targets", {"route_id": route["id"]})
+            result[what] = items
+    except GpuStackError as err:
+        fail(module, err, "cannot read from GPUStack")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
