@@ -1,0 +1,385 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Download one pinned revision of a Hugging Face model repository into the huggingface_hub cache."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hf_snapshot
+short_description: Download a pinned Hugging Face model snapshot into the huggingface_hub cache
+version_added: 0.1.0
+description:
+  - Downloads the files of one commit of a model repository with the huggingface_hub client
+    (C(snapshot_download)) into the standard cache layout (C(blobs/), C(snapshots/<sha>/), C(refs/)).
+  - A pinned download is recorded in a manifest once it is complete (and verified). A later run checks the
+    manifest against the files on disk and, when nothing is missing, sends no HTTP request at all.
+  - Check mode asks the Hub for the listing (one request) and reports which files and how many bytes would be
+    fetched; it writes nothing.
+  - An interrupted download keeps every finished file; the next run fetches only what is missing. A connection
+    dropped mid-file is resumed by huggingface_hub with an HTTP range request.
+  - Free disk space is checked against the listing's total before anything is fetched.
+  - Optionally writes C(refs/<ref_name>) so that C(hf cache prune) keeps the pinned snapshot, and exports the
+    snapshot as a self-contained directory of hardlinks that a container can mount on its own.
+author:
+  - pairserve maintainers
+requirements:
+  - huggingface_hub >= 2.4 on the managed node (the role runs this module with the node venv's Python).
+extends_documentation_fragment:
+  - pairserve.llm.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Sends one listing request unless the manifest already proves the snapshot complete (then none).
+  diff_mode:
+    support: full
+options:
+  repo_id:
+    description: Model repository, C(ORG/NAME).
+    type: str
+    required: true
+  revision:
+    description:
+      - The 40-hex commit sha to download.
+      - A branch or tag name is refused unless O(allow_unpinned=true); then it is resolved to its current commit
+        with one request on every run.
+    type: str
+    required: true
+  allow_unpinned:
+    description: Accept a branch or tag name in O(revision).
+    type: bool
+    default: false
+  allow_patterns:
+    description: Only files matching one of these shell patterns (C(fnmatch); a trailing C(/) means a folder).
+    type: list
+    elements: str
+  ignore_patterns:
+    description: Skip files matching one of these shell patterns.
+    type: list
+    elements: str
+  cache_dir:
+    description: The huggingface_hub cache directory (C(HF_HUB_CACHE)).
+    type: path
+    default: ~/.cache/huggingface/hub
+  token:
+    description: Hugging Face access token for private or gated repositories.
+    type: str
+  endpoint:
+    description:
+      - Hub endpoint. Passed explicitly to huggingface_hub, which reads C(HF_ENDPOINT) only at import time.
+    type: str
+    default: https://huggingface.co
+  ref_name:
+    description:
+      - Write C(refs/<ref_name>) with the commit. A snapshot downloaded by sha has no ref, and C(hf cache prune)
+        deletes such detached revisions.
+    type: str
+  verify:
+    description:
+      - Hash every file against the Hub's listing (sha256 for LFS files, git blob id for the others) after the
+        download. Files already proven good are not hashed again unless their size, mtime or inode changed.
+    type: bool
+    default: true
+  export_dir:
+    description:
+      - Also present the snapshot as a directory of hardlinks at this path (same filesystem as O(cache_dir)).
+      - Use it as the model path of a container that mounts only that directory; the snapshot's relative symlinks
+        into C(../../blobs) would dangle there. A patched file in the snapshot (see
+        M(pairserve.llm.tokenizer_patch)) is linked as patched.
+    type: path
+  progress_file:
+    description:
+      - JSON file updated once a second during the download with C(bytes_done), C(bytes_total), C(percent),
+        C(rate) and C(eta_s). Defaults to C(pairserve/progress-<sha>.json) in the repository's cache folder.
+    type: path
+  reserve_free_space:
+    description: Bytes that must stay free on the cache filesystem after the download.
+    type: int
+    default: 1073741824
+  max_workers:
+    description: Files downloaded in parallel.
+    type: int
+    default: 8
+notes:
+  - Xet-backed repositories download through C(hf_xet) when it is installed, as huggingface_hub decides.
+seealso:
+  - module: pairserve.llm.tokenizer_patch
+"""
+
+EXAMPLES = r"""
+- name: Download the pinned checkpoint and keep it from being pruned
+  pairserve.llm.hf_snapshot:
+    repo_id: orcarouter/Qwen3.8-27B-Uncensored-NVFP4
+    revision: "{{ pairserve_checkpoint_revision }}"
+    cache_dir: /var/lib/pairserve/hf-cache
+    token: "{{ pairserve_hf_token | default(omit) }}"
+    ref_name: pairserve
+    export_dir: /var/lib/pairserve/hf-cache/models--orcarouter--Qwen3.8-27B-Uncensored-NVFP4/pairserve/export
+  vars:
+    ansible_python_interpreter: "{{ pairserve_node_python }}"
+
+- name: Only the configuration files, from a mirror
+  pairserve.llm.hf_snapshot:
+    repo_id: orcarouter/Qwen3.8-27B-Uncensored-NVFP4
+    revision: 0123456789abcdef0123456789abcdef01234567
+    allow_patterns: ["*.json"]
+    endpoint: https://hf-mirror.example.internal
+"""
+
+RETURN = r"""
+commit:
+  description: The commit that was downloaded.
+  returned: always
+  type: str
+  sample: 0123456789abcdef0123456789abcdef01234567
+snapshot_path:
+  description: C(snapshots/<sha>) in the cache.
+  returned: always
+  type: str
+path:
+  description: Where to point a model loader, O(export_dir) when given, otherwise RV(snapshot_path).
+  returned: always
+  type: str
+files:
+  description: The files of the snapshot selected by the patterns.
+  returned: always
+  type: list
+  elements: str
+fetched:
+  description: Files that were (or in check mode would be) downloaded.
+  returned: always
+  type: list
+  elements: str
+bytes_fetched:
+  description: Bytes downloaded (or in check mode to download).
+  returned: always
+  type: int
+bytes_total:
+  description: Size of the selected files.
+  returned: always
+  type: int
+bytes_verified:
+  description: Bytes hashed by O(verify) in this run.
+  returned: always
+  type: int
+duration_s:
+  description: Seconds spent downloading.
+  returned: always
+  type: float
+throughput_bytes_per_s:
+  description: RV(bytes_fetched) divided by RV(duration_s); 0 when nothing was fetched.
+  returned: always
+  type: int
+requests_sent:
+  description: Whether this run talked to the Hub at all (false when the manifest proved the snapshot complete).
+  returned: always
+  type: bool
+ref:
+  description: C(refs/<ref_name>) path, when O(ref_name) is set.
+  returned: when O(ref_name) is set
+  type: str
+export_path:
+  description: The export directory, when O(export_dir) is set.
+  returned: when O(export_dir) is set
+  type: str
+progress_file:
+  description: The progress file of this download.
+  returned: always
+  type: str
+model:
+  description:
+    - Facts read from C(config.json) and C(hf_quant_config.json) of the snapshot (empty in check mode before
+      the first download). Keys C(architecture), C(model_type), C(hybrid), C(quantization), C(vision), C(mtp),
+      C(mtp_layers), C(native_context).
+  returned: always
+  type: dict
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.pairserve.llm.plugins.module_utils import hub
+
+
+def _import_hub():
+    """huggingface_hub, imported after the environment is set: it reads its settings at import time."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # a module's stderr is no terminal
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    import huggingface_hub  # pylint: disable=import-outside-toplevel
+    return huggingface_hub
+
+
+def _listing(module, hf, repo_id, commit, token, endpoint):
+    api = hf.HfApi(endpoint=endpoint, token=token)
+    try:
+        return hub.listing_from_tree(api.list_repo_tree(repo_id, recursive=True, revision=commit))
+    except Exception as exc:  # pylint: disable=broad-except
+        module.fail_json(msg=hub.explain(exc, repo_id, commit, endpoint), error=type(exc).__name__)
+    return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            repo_id=dict(type="str", required=True),
+            revision=dict(type="str", required=True),
+            allow_unpinned=dict(type="bool", default=False),
+            allow_patterns=dict(type="list", elements="str"),
+            ignore_patterns=dict(type="list", elements="str"),
+            cache_dir=dict(type="path", default="~/.cache/huggingface/hub"),
+            token=dict(type="str", no_log=True),
+            endpoint=dict(type="str", default="https://huggingface.co"),
+            ref_name=dict(type="str"),
+            verify=dict(type="bool", default=True),
+            export_dir=dict(type="path"),
+            progress_file=dict(type="path"),
+            reserve_free_space=dict(type="int", default=1 << 30),
+            max_workers=dict(type="int", default=8),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    repo_id, revision, endpoint = p["repo_id"], p["revision"].strip(), p["endpoint"].rstrip("/")
+    cache_dir = os.path.abspath(p["cache_dir"])
+    if not hub.REPO_ID_RE.match(repo_id):
+        module.fail_json(msg="repo_id %r is not of the form ORG/NAME (pairserve_checkpoint_repo)." % repo_id)
+    if p["ref_name"] is not None and (not p["ref_name"] or "/" in p["ref_name"] or p["ref_name"].startswith(".")):
+        module.fail_json(msg="ref_name %r must be a plain name without '/' (it becomes refs/<ref_name>)."
+                         % p["ref_name"])
+    if p["max_workers"] < 1:
+        module.fail_json(msg="max_workers must be at least 1, got %d." % p["max_workers"])
+
+    pinned = bool(hub.COMMIT_RE.match(revision))
+    if not pinned and not p["allow_unpinned"]:
+        module.fail_json(msg="revision %r is not a 40-hex commit sha: a branch or tag moves, and an unpinned "
+                             "checkpoint changes under a running service. %s Or set allow_unpinned=true to follow "
+                             "it deliberately." % (revision, hub.how_to_find_commit(repo_id)))
+
+    hf = None
+    requests_sent = False
+    commit = revision
+    if not pinned:
+        try:
+            hf = _import_hub()
+        except ImportError as exc:
+            module.fail_json(msg=missing_required_lib("huggingface_hub"), exception=str(exc))
+        requests_sent = True
+        try:
+            commit = hf.HfApi(endpoint=endpoint, token=p["token"]).model_info(repo_id, revision=revision).sha
+        except Exception as exc:  # pylint: disable=broad-except
+            module.fail_json(msg=hub.explain(exc, repo_id, revision, endpoint), error=type(exc).__name__)
+
+    # Fast path: a manifest written after a verified complete download, re-checked against the disk.
+    manifest = hub.read_manifest(cache_dir, repo_id, commit)
+    files = manifest["files"] if manifest else None
+    verified_before = manifest.get("verified", {}) if manifest else {}
+    status = None
+    wanted = []
+    if files is not None:
+        wanted = hub.filter_paths(files, p["allow_patterns"], p["ignore_patterns"])
+        status = hub.local_status(cache_dir, repo_id, commit, files, wanted)
+    if status is None or status["missing"]:
+        if hf is None:
+            try:
+                hf = _import_hub()
+            except ImportError as exc:
+                module.fail_json(msg=missing_required_lib("huggingface_hub"), exception=str(exc))
+        requests_sent = True
+        files = _listing(module, hf, repo_id, commit, p["token"], endpoint)
+        wanted = hub.filter_paths(files, p["allow_patterns"], p["ignore_patterns"])
+        status = hub.local_status(cache_dir, repo_id, commit, files, wanted)
+    if not wanted:
+        module.fail_json(msg="allow_patterns %s / ignore_patterns %s select no file of %s@%s (%d files). Fix the "
+                             "patterns." % (p["allow_patterns"], p["ignore_patterns"], repo_id, commit, len(files)))
+
+    snap = hub.snapshot_dir(cache_dir, repo_id, commit)
+    progress_file = p["progress_file"] or hub.default_progress_path(cache_dir, repo_id, commit)
+    bytes_total = sum(files[f]["size"] for f in wanted)
+    fetched = list(status["missing"])
+    bytes_fetched = status["missing_bytes"]
+    changed = bool(fetched)
+    before = {"files_present": sorted(status["present"])}
+    after = {"files_present": sorted(wanted)}
+    result = dict(changed=False, commit=commit, snapshot_path=snap, path=p["export_dir"] or snap, files=wanted,
+                  fetched=fetched, bytes_fetched=bytes_fetched, bytes_total=bytes_total, bytes_verified=0,
+                  duration_s=0.0, throughput_bytes_per_s=0, requests_sent=requests_sent,
+                  progress_file=progress_file, model={})
+
+    duration = 0.0
+    if fetched and not module.check_mode:
+        try:
+            hub.check_disk(cache_dir, bytes_fetched, p["reserve_free_space"])
+        except hub.HubError as exc:
+            module.fail_json(msg=str(exc), **result)
+        blobs = os.path.join(hub.repo_folder(cache_dir, repo_id), "blobs")
+        pending = {}
+        for path in fetched:
+            pending[hub.expected_blob_name(files[path])] = files[path]["size"]
+        started = time.monotonic()
+        try:
+            with hub.Progress(progress_file, blobs, pending):
+                hf.snapshot_download(repo_id, revision=commit, cache_dir=cache_dir, endpoint=endpoint,
+                                     token=p["token"], allow_patterns=p["allow_patterns"],
+                                     ignore_patterns=p["ignore_patterns"], max_workers=p["max_workers"])
+        except Exception as exc:  # pylint: disable=broad-except
+            module.fail_json(msg=hub.explain(exc, repo_id, commit, endpoint), error=type(exc).__name__, **result)
+        duration = time.monotonic() - started
+        status = hub.local_status(cache_dir, repo_id, commit, files, wanted)
+        if status["missing"]:
+            module.fail_json(msg="huggingface_hub finished but %d file(s) of %s@%s are still missing or have the "
+                                 "wrong size: %s. Rerun; if it persists, delete those blobs from %s."
+                                 % (len(status["missing"]), repo_id, commit, ", ".join(status["missing"][:5]), blobs),
+                             **result)
+
+    verified = dict(verified_before)
+    if not module.check_mode:
+        if p["verify"]:
+            records, bad, hashed = hub.verify_blobs(cache_dir, repo_id, files, wanted, verified_before)
+            result["bytes_verified"] = hashed
+            if bad:
+                module.fail_json(
+                    msg="verify: %d file(s) of %s@%s do not match the Hub's listing: %s. The blob is corrupt "
+                        "(disk or transfer); delete it and its snapshot entry, then rerun to download it again."
+                        % (len(bad), repo_id, commit,
+                           "; ".join("%s (blob %s: expected %s, got %s)" % (b["path"], b["blob"], b["expected"],
+                                                                            b["actual"]) for b in bad)),
+                    mismatches=bad, **result)
+            verified.update(records)
+        if manifest is None or manifest.get("files") != files or verified != verified_before:
+            hub.write_manifest(cache_dir, repo_id, commit, files, verified)
+
+    if p["ref_name"]:
+        ref_before, ref_after = hub.write_ref(cache_dir, repo_id, p["ref_name"], commit, module.check_mode)
+        result["ref"] = os.path.join(hub.repo_folder(cache_dir, repo_id), "refs", p["ref_name"])
+        before["ref"], after["ref"] = ref_before, ref_after
+        changed = changed or ref_before != ref_after
+
+    if p["export_dir"]:
+        export_dir = os.path.abspath(p["export_dir"])
+        if module.check_mode and (fetched or not os.path.isdir(snap)):
+            export_changed = list(wanted)
+        else:
+            try:
+                export_changed = hub.sync_export(cache_dir, repo_id, commit, wanted, export_dir, module.check_mode)
+            except (hub.HubError, OSError) as exc:
+                module.fail_json(msg=str(exc), **result)
+        result["export_path"] = export_dir
+        before["export_outdated"] = sorted(export_changed)
+        after["export_outdated"] = []
+        changed = changed or bool(export_changed)
+
+    if os.path.isdir(snap):
+        result["model"] = hub.describe_checkpoint(snap)
+    result.update(changed=changed, duration_s=round(duration, 3),
+                  throughput_bytes_per_s=int(bytes_fetched / duration) if duration > 0 else 0)
+    if module._diff:
+        result["diff"] = {"before": before, "after": after,
+                          "before_header": "%s@%s" % (repo_id, commit), "after_header": "%s@%s" % (repo_id, commit)}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
