@@ -34,7 +34,7 @@ HASH_CHUNK = 8 * 1024 * 1024  # streaming: memory stays flat whatever the shard 
 
 HOW_TO_FIND_COMMIT = (
     "Pin the 40-hex commit sha: open the model page's 'Files and versions' > commit history, or run "
-    "`hf api models/{repo}/revision/main` (field sha), or "
+    "`hf models info {repo} --revision main --expand sha`, or "
     "`python -c \"import huggingface_hub; print(huggingface_hub.HfApi().model_info('{repo}', revision='main').sha)\"`."
 )
 
