@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Record what NVML answers on this host, for replay by plugins/module_utils/nvml_replay.py.
+
+    python3 scripts/record_nvml.py -o tests/fixtures/nvml/myhost.json      # on a GPU host, needs nvidia-ml-py
+    python3 scripts/record_nvml.py --convert raw.json -o converted.json    # an early raw recording
+
+Records every answer the inventory needs, per device and per ordered device pair, including errors
+(as {"error": "NotSupported"}): a replay must refuse what the hardware refused. Only stdlib and
+nvidia-ml-py are used so the file can be copied alone onto a GPU host. The format is documented in
+docs/gpu-detection.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+
+FORMAT = "pairserve-nvml-recording/1"
+P2P_CAPS = ("READ", "WRITE", "NVLINK", "ATOMICS", "PROP")  # nvmlGpuP2PCapsIndex_t 0..4
+NVLINK_MAX_LINKS = 36
+
+# Device getters recorded as plain values: nvmlDeviceGet<Key>(handle).
+SCALARS = ("Name", "UUID", "CudaComputeCapability", "Architecture", "Brand", "PowerUsage", "EnforcedPowerLimit",
+           "PowerManagementLimit", "PowerManagementDefaultLimit", "PersistenceMode", "CurrPcieLinkGeneration",
+           "CurrPcieLinkWidth", "MaxPcieLinkGeneration", "MaxPcieLinkWidth", "NumaNodeId", "MinorNumber", "Index")
+
+
+def _error(exc) -> dict:
+    """NVMLError_NotSupported -> {"error": "NotSupported", "code": 3}."""
+    return {"error": type(exc).__name__.replace("NVMLError_", ""), "code": getattr(exc, "value", None)}
+
+
+def _ask(pynvml, call, *args):
+    try:
+        value = call(*args)
+    except pynvml.NVMLError as exc:
+        return _error(exc)
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, tuple):
+        value = list(value)
+    return value
+
+
+def record(pynvml) -> dict:
+    """Everything the inventory reads, from the live driver."""
+    pynvml.nvmlInit()
+    try:
+        system = {
+            "DriverVersion": _ask(pynvml, pynvml.nvmlSystemGetDriverVersion),
+            "NVMLVersion": _ask(pynvml, pynvml.nvmlSystemGetNVMLVersion),
+            "CudaDriverVersion": _ask(pynvml, pynvml.nvmlSystemGetCudaDriverVersion),
+            "CudaDriverVersion_v2": _ask(pynvml, pynvml.nvmlSystemGetCudaDriverVersion_v2),
+        }
+        devices, handles = [], []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            except pynvml.NVMLError as exc:
+                devices.append({"Handle": _error(exc), "HandleFails": True})
+                handles.append(None)
+                continue
+            device = {key: _ask(pynvml, getattr(pynvml, "nvmlDeviceGet" + key), handle) for key in SCALARS}
+            pci = _ask(pynvml, pynvml.nvmlDeviceGetPciInfo, handle)
+            device["PciInfo"] = pci if isinstance(pci, dict) else {
+                "busId": _text(pci.busId), "busIdLegacy": _text(pci.busIdLegacy), "domain": pci.domain,
+                "bus": pci.bus, "device": pci.device, "pciDeviceId": pci.pciDeviceId,
+                "pciSubSystemId": pci.pciSubSystemId}
+            memory = _ask(pynvml, pynvml.nvmlDeviceGetMemoryInfo, handle)
+            device["MemoryInfo"] = memory if isinstance(memory, dict) else {
+                "total": memory.total, "free": memory.free, "used": memory.used}
+            links = [_ask(pynvml, pynvml.nvmlDeviceGetNvLinkState, handle, link) for link in range(NVLINK_MAX_LINKS)]
+            # One error for all links (GeForce: NotSupported) is stored once.
+            device["NvLinkState"] = links[0] if all(item == links[0] for item in links) and isinstance(
+                links[0], dict) else links
+            devices.append(device)
+            handles.append(handle)
+        pairs = {}
+        for i, first in enumerate(handles):
+            for j, second in enumerate(handles):
+                if i == j or first is None or second is None:
+                    continue
+                # Plain ints for the capability: nvidia-ml-py's NVML_P2P_CAPS_INDEX_READ is the tuple (0,).
+                pairs[f"{i}-{j}"] = {
+                    "TopologyCommonAncestor": _ask(pynvml, pynvml.nvmlDeviceGetTopologyCommonAncestor, first, second),
+                    "P2PStatus": {name: _ask(pynvml, pynvml.nvmlDeviceGetP2PStatus, first, second, cap)
+                                  for cap, name in enumerate(P2P_CAPS)},
+                }
+    finally:
+        pynvml.nvmlShutdown()
+    return {"system": system, "devices": devices, "pairs": pairs}
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _raw_value(value):
+    """The raw recorder's {"exc": "NVMLError_X", "code": n, "msg": ...} -> {"error": "X", "code": n}."""
+    if isinstance(value, dict) and "exc" in value:
+        return {"error": value["exc"].replace("NVMLError_", ""), "code": value.get("code")}
+    return value
+
+
+def convert(raw: dict) -> dict:
+    """Convert the November 2026 raw probe (h200x2-recording.json) into FORMAT.
+
+    Its device keys are already NVML getter names; the conversion renames "dev" to "devices", "nvlink" to
+    "NvLinkState", "anc"/"p2p" to "TopologyCommonAncestor"/"P2PStatus", turns {"exc": ...} into
+    {"error": ...}, and takes P2P READ from "READ_int0" (asked with the int 0) because "READ" holds the
+    ctypes.ArgumentError that the binding's tuple constant caused, which no driver ever answered.
+    """
+    system = {key: raw[key] for key in ("DriverVersion", "NVMLVersion", "CudaDriverVersion", "CudaDriverVersion_v2")
+              if key in raw}
+    devices = []
+    for dev in raw["dev"]:
+        device = {key: _raw_value(dev[key]) for key in SCALARS + ("PciInfo", "MemoryInfo") if key in dev}
+        device["NvLinkState"] = [_raw_value(item) for item in dev.get("nvlink", [])]
+        devices.append(device)
+    pairs = {}
+    for key, entry in raw.get("pairs", {}).items():
+        p2p = dict(entry["p2p"])
+        p2p["READ"] = p2p.pop("READ_int0")
+        pairs[key] = {"TopologyCommonAncestor": _raw_value(entry["anc"]),
+                      "P2PStatus": {name: _raw_value(p2p[name]) for name in P2P_CAPS}}
+    return {"system": system, "devices": devices, "pairs": pairs}
+
+
+def write_atomic(path: str, data: dict) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".record-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, sort_keys=False)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", required=True, help="recording to write (JSON)")
+    parser.add_argument("--convert", metavar="RAW", help="convert a raw recording instead of asking NVML")
+    parser.add_argument("--note", default="", help="free text stored under provenance")
+    args = parser.parse_args(argv)
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if args.convert:
+        with open(args.convert, encoding="utf-8") as handle:
+            body = convert(json.load(handle))
+        provenance = (f"recorded on real hardware by an early raw probe ({os.path.basename(args.convert)}), "
+                      f"converted by scripts/record_nvml.py --convert on {now}. {args.note}").strip()
+        meta = {"converted_from": os.path.basename(args.convert)}
+    else:
+        try:
+            import pynvml  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            print("record_nvml.py: nvidia-ml-py is not installed here (pip install nvidia-ml-py)", file=sys.stderr)
+            return 2
+        try:
+            body = record(pynvml)
+        except pynvml.NVMLError as exc:
+            print(f"record_nvml.py: NVML failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        provenance = f"recorded on real hardware by scripts/record_nvml.py on {now}. {args.note}".strip()
+        meta = {"recorded_at": now, "host": platform.node(), "kernel": platform.release(),
+                "python": platform.python_version(),
+                "nvidia_ml_py": getattr(pynvml, "__version__", None) or _dist_version("nvidia-ml-py")}
+    data = {"format": FORMAT, "provenance": provenance, "meta": meta, **body}
+    write_atomic(args.output, data)
+    print(f"wrote {args.output}: {len(data['devices'])} device(s), {len(data['pairs'])} ordered pair(s)")
+    return 0
+
+
+def _dist_version(name):
+    try:
+        from importlib.metadata import version  # pylint: disable=import-outside-toplevel
+        return version(name)
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
