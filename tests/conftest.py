@@ -1,6 +1,14 @@
-"""Shared pytest setup: make tests/support importable as `support`."""
+"""Shared pytest setup.
+
+- tests/support is importable as `support` (ansible_runner, local hub, GPUStack and vLLM fixtures).
+- The collection is importable as `ansible_collections.pairserve.llm` through the link `make deps` creates
+  in .cache/collections, so module_utils are tested as the modules import them.
+"""
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_TESTS = Path(__file__).resolve().parent
+for _path in (_TESTS, _TESTS.parent / ".cache" / "collections"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
