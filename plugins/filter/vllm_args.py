@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters pairserve.llm.vllm_args (argv) and pairserve.llm.vllm_profile_check (argv + warnings)."""
+"""Filter pairserve.llm.vllm_args: the vLLM argv of one replica (warnings: see vllm_profile_check)."""
 
 from __future__ import annotations
 
@@ -98,14 +98,8 @@ def vllm_args(profile, version="0.25.1", checkpoint=None, pair=None, style="equa
     return _render(profile, version, checkpoint, pair, style).argv
 
 
-def vllm_profile_check(profile, version="0.25.1", checkpoint=None, pair=None, style="equals"):
-    """Profile -> {argv, warnings, profile (resolved), version}."""
-    rendered = _render(profile, version, checkpoint, pair, style)
-    return {"argv": rendered.argv, "warnings": rendered.warnings, "profile": rendered.profile, "version": str(version)}
-
-
 class FilterModule:  # pylint: disable=too-few-public-methods
-    """pairserve.llm vLLM argument filters."""
+    """pairserve.llm vLLM argument filter."""
 
     def filters(self):
-        return {"vllm_args": vllm_args, "vllm_profile_check": vllm_profile_check}
+        return {"vllm_args": vllm_args}
