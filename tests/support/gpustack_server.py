@@ -1,0 +1,390 @@
+"""A real GPUStack 2.2.3 server on a real PostgreSQL 15, plus one worker with two static fake GPUs.
+
+Use from a conftest:
+
+    from support.gpustack_server import gpustack_server_fixture
+    gpustack = gpustack_server_fixture()          # session-scoped pytest fixture
+
+The fixture yields a `GpuStackServer` (api_url, admin credentials, an API key, cluster id/name,
+worker name, the paths of every log) and stops everything it started, by PID, at session end.
+
+What runs, and why this way:
+- The venv `.cache/gpustack/venv-<version>` is built once (stamp) from the offline wheelhouse of
+  scripts/build_wheelhouse.sh with the collection's constraints file (SQLAlchemy < 2.1, see that file).
+- PostgreSQL: GPUStack 2.x has no SQLite. initdb/pg_ctl refuse root, so they run as `postgres`
+  (runuser) on a private data dir, a private socket dir and a free port on 127.0.0.1.
+- Server: `gpustack start --config-file` with gateway_mode disabled (no Higress in a pip install),
+  no metrics, no builtin observability, no update check; every port it binds is a free one.
+- Worker: its `resources:` declare the system and two NVIDIA GPUs, so GPUStack's scheduler sees GPUs
+  on a machine without any. Because the resources include the system info, the worker never runs
+  `fastfetch`; `gguf-parser` is only run for GGUF models. The worker still insists on downloading both
+  from GitHub at start (unreachable here), so the venv gets GPUStack's own `download-tools
+  --load-archive` with an archive of two placeholder executables that exit 127 saying what they are.
+  TEST-ONLY: real nodes get the real tools archive (`gpustack download-tools --save-archive`).
+- The worker starts with a clean environment (the worker's environment leaks into model containers)
+  and a `<data_dir>/worker_uuid` (no DMI product UUID in containers/CI).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from base64 import b64encode
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache"
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+DEFAULT_VERSION = "2.2.3"
+ADMIN_PASSWORD = "pairserve-Test-pw1"
+API_KEY_VALUE = "pairserve-test-management-key-0001"
+CLUSTER_NAME = "pytest"
+WORKER_NAME = "node-test"
+# Tool versions GPUStack 2.2.3's ToolsManager checks in third_party/bin/versions.json.
+TOOL_VERSIONS = {"gguf-parser": "v0.25.0", "fastfetch": "2.25.0.1"}
+# Bump when ensure_venv() changes what goes into the venv, so cached venvs are rebuilt.
+VENV_RECIPE = 1
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _log(msg: str) -> None:
+    print(f"[gpustack-server] {msg}", flush=True)
+
+
+# -- venv -----------------------------------------------------------------------------------------
+
+def _placeholder_tools_archive(path: Path) -> None:
+    script = ("#!/bin/sh\necho 'pairserve test placeholder for GPUStack tool {name}: the real binary is not "
+              "available offline; this worker declares static resources and serves no GGUF model' >&2\nexit 127\n")
+    with tarfile.open(path, "w:gz") as tar:
+        def add(name: str, data: bytes, mode: int) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = mode
+            tar.addfile(info, io.BytesIO(data))
+        for tool in TOOL_VERSIONS:
+            add(f"./{tool}/{tool}", script.format(name=tool).encode(), 0o755)
+        add("./versions.json", json.dumps(TOOL_VERSIONS).encode(), 0o644)
+
+
+def ensure_venv(version: str = DEFAULT_VERSION) -> Path:
+    """The GPUStack venv, built once from the offline wheelhouse; returns its directory."""
+    constraints = REPO / "roles" / "gpustack_install" / "files" / f"gpustack-{version}.constraints.txt"
+    subprocess.run(["bash", str(REPO / "scripts" / "build_wheelhouse.sh"), version], check=True)
+    wheelhouse = CACHE / "wheelhouse" / f"gpustack-{version}"
+    venv = CACHE / "gpustack" / f"venv-{version}"
+    stamp = venv.parent / f"venv-{version}.stamp"
+    recipe = json.dumps({"recipe": VENV_RECIPE, "tools": TOOL_VERSIONS}).encode()
+    want = hashlib.sha256(constraints.read_bytes() + recipe
+                          + (wheelhouse.parent / f"gpustack-{version}.stamp").read_bytes()).hexdigest()
+    if (venv / "bin" / "gpustack").exists() and stamp.exists() and stamp.read_text() == want:
+        return venv
+    start = time.monotonic()
+    _log(f"building {venv} from {wheelhouse} (once)")
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", str(wheelhouse),
+                    "-c", str(constraints), f"gpustack=={version}"], check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = Path(tmp) / "tools.tar.gz"
+        _placeholder_tools_archive(archive)
+        subprocess.run([str(venv / "bin" / "gpustack"), "download-tools", "--load-archive", str(archive)],
+                       check=True, env=_clean_env({}))
+    stamp.write_text(want)
+    _log(f"venv ready in {time.monotonic() - start:.0f} s")
+    return venv
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+def _clean_env(extra: dict) -> dict:
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+           "HOME": os.environ.get("HOME", "/root"),
+           # Never touch the host's net.ipv4.ip_local_reserved_ports from a test.
+           "GPUSTACK_SKIP_RESERVE_EPHEMERAL_PORTS": "1"}
+    env.update(extra)
+    return env
+
+
+def _get(url: str, auth: tuple | None = None, timeout: float = 5):
+    req = urllib.request.Request(url)
+    if auth:
+        req.add_header("Authorization", "Basic " + b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - 127.0.0.1 only
+        return resp.status, resp.read()
+
+
+def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited with {proc.returncode}; log tail:\n{_tail(log)}")
+        try:
+            status, _ = _get(url, timeout=3)
+            if status == 200:
+                return time.monotonic() - start
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not ready after {timeout:.0f} s; log tail:\n{_tail(log)}")
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop(proc: subprocess.Popen | None, grace: float = 20) -> None:
+    """SIGTERM the process group we created for it, then SIGKILL; by PID, never by name."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+@dataclass
+class Postgres:
+    root: Path
+    port: int = 0
+    started: bool = False
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def _as_postgres(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["runuser", "-u", "postgres", "--", *args], check=False,
+                              capture_output=True, text=True, cwd="/tmp")
+        if check and proc.returncode:
+            raise RuntimeError(f"{' '.join(args)} (as postgres) failed with {proc.returncode}:\n"
+                               f"{proc.stdout}{proc.stderr}")
+        return proc
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        # mkdtemp makes 0700 directories; postgres must be able to reach its own below them.
+        for parent in (self.root.parent,):
+            parent.chmod(0o755)
+        shutil.chown(self.root, "postgres", "postgres")
+        self.port = free_port()
+        self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
+                          "-E", "UTF8", "--no-sync")
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
+                          str(self.root / "postgres.log"), "-w", "start")
+        self.started = True
+        self._as_postgres(str(PG_BIN / "psql") if (PG_BIN / "psql").exists() else "psql", "-h", "127.0.0.1",
+                          "-p", str(self.port), "-U", "postgres", "-c", "CREATE DATABASE gpustack")
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/gpustack?sslmode=disable"
+
+    def stop(self) -> None:
+        if self.started:
+            self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
+            self.started = False
+
+
+@dataclass
+class GpuStackServer:
+    """What tests get: where the server is and how to talk to it."""
+
+    root: Path
+    version: str = DEFAULT_VERSION
+    api_url: str = ""
+    admin_username: str = "admin"
+    admin_password: str = ADMIN_PASSWORD
+    api_key: str = API_KEY_VALUE
+    cluster_name: str = CLUSTER_NAME
+    cluster_id: int = 0
+    worker_name: str = WORKER_NAME
+    gpu_count: int = 2
+    server_log: Path = None
+    worker_log: Path = None
+    timings: dict = field(default_factory=dict)
+    _postgres: Postgres = None
+    _server: subprocess.Popen = None
+    _worker: subprocess.Popen = None
+
+    @property
+    def auth_args(self) -> dict:
+        """Module arguments for an admin-authenticated call."""
+        return {"api_url": self.api_url, "username": self.admin_username, "password": self.admin_password}
+
+    @property
+    def key_args(self) -> dict:
+        return {"api_url": self.api_url, "api_key": self.api_key}
+
+    def api(self, method: str, path: str, body=None):
+        """Direct REST call as admin (for test setup and assertions outside the modules)."""
+        req = urllib.request.Request(self.api_url + path, method=method,
+                                     data=None if body is None else json.dumps(body).encode())
+        req.add_header("Authorization", "Bearer " + self.api_key)
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - 127.0.0.1 only
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def items(self, path: str) -> list:
+        sep = "&" if "?" in path else "?"
+        return self.api("GET", f"{path}{sep}perPage=1000")["items"]
+
+    def start(self) -> None:
+        total = time.monotonic()
+        venv = ensure_venv(self.version)
+        gpustack = str(venv / "bin" / "gpustack")
+        self._postgres = Postgres(self.root / "pg")
+        self._postgres.start()
+        self.timings["postgres_s"] = round(time.monotonic() - total, 1)
+
+        api_port = free_port()
+        self.api_url = f"http://127.0.0.1:{api_port}"
+        server_dir = self.root / "server"
+        server_dir.mkdir()
+        server_cfg = {
+            "data_dir": str(server_dir / "data"), "log_dir": str(server_dir / "log"),
+            "api_port": api_port, "port": free_port(), "tls_port": free_port(), "proxy_port": free_port(),
+            "metrics_port": free_port(), "disable_metrics": True, "disable_builtin_observability": True,
+            "disable_update_check": True, "gateway_mode": "disabled", "database_url": self._postgres.url,
+            "bootstrap_password": self.admin_password, "advertise_address": "127.0.0.1",
+            "disable_worker": True,
+        }
+        cfg_path = server_dir / "config.yaml"
+        cfg_path.write_text(json.dumps(server_cfg, indent=1))  # JSON is YAML
+        self.server_log = server_dir / "server.log"
+        started = time.monotonic()
+        with open(self.server_log, "wb") as log:
+            self._server = subprocess.Popen([gpustack, "start", "--config-file", str(cfg_path)], stdout=log,
+                                            stderr=subprocess.STDOUT, env=_clean_env({}), cwd=server_dir,
+                                            start_new_session=True)
+        self.timings["server_readyz_s"] = round(_wait_http(self.api_url + "/readyz", self._server,
+                                                           self.server_log, 300), 1)
+        _log(f"server {self.api_url} ready in {time.monotonic() - started:.0f} s")
+        self._bootstrap()
+
+        worker_dir = self.root / "worker"
+        (worker_dir / "data").mkdir(parents=True)
+        (worker_dir / "data" / "worker_uuid").write_text("00000000-0000-4000-8000-%012d\n" % api_port)
+        worker_port = free_port()
+        worker_cfg = {
+            "server_url": self.api_url, "token": self._token, "worker_name": self.worker_name,
+            "data_dir": str(worker_dir / "data"), "log_dir": str(worker_dir / "log"),
+            "worker_ip": "127.0.0.1", "worker_port": worker_port, "worker_metrics_port": free_port(),
+            "disable_worker_metrics": True, "proxy_port": free_port(), "resources": fake_resources(self.gpu_count),
+        }
+        wcfg = worker_dir / "config.yaml"
+        wcfg.write_text(json.dumps(worker_cfg, indent=1))
+        self.worker_log = worker_dir / "worker.log"
+        started = time.monotonic()
+        with open(self.worker_log, "wb") as log:
+            self._worker = subprocess.Popen([gpustack, "start", "--config-file", str(wcfg)], stdout=log,
+                                            stderr=subprocess.STDOUT, cwd=worker_dir, start_new_session=True,
+                                            env=_clean_env({"GPUSTACK_RUNTIME_DEPLOY": "Podman"}))
+        self._wait_worker_ready(started)
+        self.timings["total_s"] = round(time.monotonic() - total, 1)
+        _log(f"ready: {self.timings}")
+
+    def _bootstrap(self) -> None:
+        """Admin -> management API key (fixed value) -> cluster -> registration token."""
+        auth = (self.admin_username, self.admin_password)
+        base = self.api_url
+
+        def call(method, path, body=None):
+            req = urllib.request.Request(base + path, method=method,
+                                         data=None if body is None else json.dumps(body).encode())
+            req.add_header("Authorization", "Basic " + b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
+            req.add_header("Content-Type", "application/json")
+            with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310
+                return json.loads(resp.read() or b"null")
+
+        call("POST", "/v2/api-keys", {"name": "pytest-admin", "custom": self.api_key, "scope": ["*"]})
+        cluster = call("POST", "/v2/clusters", {"name": self.cluster_name, "provider": "Docker"})
+        self.cluster_id = cluster["id"]
+        self._token = call("GET", f"/v2/clusters/{self.cluster_id}/registration-token")["token"]
+
+    def _wait_worker_ready(self, started: float, timeout: float = 240) -> None:
+        while time.monotonic() - started < timeout:
+            if self._worker.poll() is not None:
+                raise RuntimeError(f"worker exited with {self._worker.returncode}:\n{_tail(self.worker_log)}")
+            workers = [w for w in self.items("/v2/workers") if w["name"] == self.worker_name]
+            gpus = [g for g in self.items("/v2/gpu-devices") if g.get("worker_name") == self.worker_name]
+            if workers and workers[0]["state"] == "ready" and len(gpus) == self.gpu_count:
+                self.timings["worker_ready_s"] = round(time.monotonic() - started, 1)
+                return
+            time.sleep(1)
+        raise RuntimeError(f"worker {self.worker_name} not ready with {self.gpu_count} GPUs after {timeout} s:\n"
+                           f"{_tail(self.worker_log)}")
+
+    def stop(self) -> None:
+        _stop(self._worker)
+        _stop(self._server)
+        if self._postgres:
+            self._postgres.stop()
+
+
+def fake_resources(gpu_count: int = 2) -> dict:
+    """Static worker resources: the system plus `gpu_count` RTX 5080-like GPUs (16 GiB, cc 12.0)."""
+    gib = 1024 ** 3
+    return {
+        "cpu": {"total": 16},
+        "memory": {"total": 64 * gib},
+        "swap": {"total": 0},
+        "filesystem": [{"name": "root", "mount_point": "/", "mount_from": "/dev/vda1", "total": 500 * gib}],
+        "os": {"name": "Debian GNU/Linux", "version": "12"},
+        "kernel": {"name": "Linux", "release": "6.1.0", "version": "#1 SMP Debian 6.1.0", "architecture": "x86_64"},
+        "uptime": {"uptime": 1000, "boot_time": "2026-11-30T00:00:00.000+0000"},
+        "gpu_devices": [
+            {"name": "NVIDIA GeForce RTX 5080", "vendor": "nvidia", "index": i, "device_index": i,
+             "compute_capability": "12.0", "arch_family": "blackwell", "memory": {"total": 16 * gib}}
+            for i in range(gpu_count)
+        ],
+    }
+
+
+def gpustack_server_fixture(version: str = DEFAULT_VERSION):
+    """A session-scoped pytest fixture function starting one `GpuStackServer` for the whole run."""
+    import pytest  # only needed where the fixture is used
+
+    @pytest.fixture(scope="session")
+    def gpustack_server(request):
+        if not (PG_BIN / "initdb").exists():
+            pytest.fail(f"PostgreSQL 15 is missing ({PG_BIN}); run `make deps` (apt package postgresql)")
+        root = Path(tempfile.mkdtemp(prefix="pairserve-gpustack-"))
+        server = GpuStackServer(root=root, version=version)
+
+        def finalize():
+            server.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+        request.addfinalizer(finalize)
+        server.start()
+        return server
+
+    return gpustack_server
