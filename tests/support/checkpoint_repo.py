@@ -136,3 +136,11 @@ def checkpoint_repo(token: str | None = None, repo_id: str = REPO_ID) -> Repo:
     return Repo(repo_id=repo_id,
                 commits={COMMIT_A: Commit(COMMIT_A, files_a), COMMIT_B: Commit(COMMIT_B, files_b)},
                 refs={"main": COMMIT_B, "v1": COMMIT_A}, token=token)
+
+
+def single_shard_repo(repo_id: str, shard_bytes: int) -> Repo:
+    """One config plus one LFS shard bigger than huggingface_hub's 10 MiB read chunk (for resume tests)."""
+    commit = hashlib.sha1(repo_id.encode()).hexdigest()
+    content = {"config.json": HubFile("config.json", json.dumps(config(), indent=2).encode()),
+               "model.safetensors": HubFile("model.safetensors", safetensors_shard(99, shard_bytes), lfs=True)}
+    return Repo(repo_id=repo_id, commits={commit: Commit(commit, content)}, refs={"main": commit})
