@@ -1,0 +1,184 @@
+"""pairserve.llm.gpu_pairs through real Ansible, over every NVML fixture, and once over no driver at all.
+
+All replay cases run as tasks of one generated playbook (one ansible-playbook process, ~10 s instead of ~4 s
+per case); each task's raw result comes back by name through the test callback. Expected failures use
+`ignore_errors` so later cases still run; their results are recorded with status "failed".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support.ansible_runner import run_module, run_playbook
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "nvml"
+
+NODE_A_UUIDS = ["GPU-5080a000-0000-4000-8000-000000000001", "GPU-5080a000-0000-4000-8000-000000000002"]
+MIXED_4070 = "GPU-4070c000-0000-4000-8000-000000000001"
+MIXED_5080 = "GPU-5080c000-0000-4000-8000-000000000002"
+
+
+def _old_driver_fixture(tmp: Path) -> str:
+    data = json.loads((FIXTURES / "node-a-2x5080.json").read_text())
+    data["provenance"] += " Derived by the test: driver 560.35.03, older than Blackwell's R570."
+    data["system"]["DriverVersion"] = "560.35.03"
+    path = tmp / "node-a-driver-560.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _cases(tmp: Path) -> list:
+    """(task name, module args, recording, check mode, expect failure)."""
+    old = _old_driver_fixture(tmp)
+    return [
+        # The four steps of a state-changing module's test, for a read-only one: nothing changes, ever.
+        ("node-a check", {"expected_pairs": 1}, "node-a-2x5080.json", True, False),
+        ("node-a apply", {"expected_pairs": 1}, "node-a-2x5080.json", False, False),
+        ("node-a check again", {"expected_pairs": 1}, "node-a-2x5080.json", True, False),
+        ("node-a apply again", {"expected_pairs": 1}, "node-a-2x5080.json", False, False),
+        ("node-b", {"expected_pairs": 1}, "node-b-2x4070tis.json", False, False),
+        ("node-b swapped to 4090", {"expected_pairs": 1}, "node-b-2x4090.json", False, False),
+        ("h200 recorded", {"expected_pairs": 1}, "h200x2-2026-11-30.json", False, False),
+        ("mixed allowed", {"allow_mixed": True}, "mixed-4070tis-5080.json", False, False),
+        ("mixed guarded", {"expected_pairs": 1}, "mixed-4070tis-5080.json", False, True),
+        ("three", {"group_size": 2}, "three-gpus.json", False, False),
+        ("four", {"expected_pairs": 2}, "four-gpus-two-models.json", False, False),
+        ("four exclude uuid", {"exclude": ["GPU-4090e000-0000-4000-8000-000000000004"]},
+         "four-gpus-two-models.json", False, False),
+        ("exclude typo", {"exclude": ["GPU-does-not-exist"]}, "node-a-2x5080.json", False, True),
+        ("lost", {"group_size": 2}, "lost-gpu.json", True, True),
+        ("old driver", {"group_size": 2}, old, False, True),
+        ("old driver allowed", {"min_driver": {"blackwell": "0"}}, old, False, False),
+        ("group size not an int", {"group_size": "two"}, "node-a-2x5080.json", False, True),
+    ]
+
+
+@pytest.fixture(scope="module")
+def played(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gpu_pairs")
+    tasks = []
+    for name, args, recording, check, failing in _cases(tmp):
+        task = {"name": name, "pairserve.llm.gpu_pairs": args,
+                "environment": {"PAIRSERVE_NVML_REPLAY": str(FIXTURES / recording) if "/" not in recording
+                                else recording},
+                "check_mode": check}
+        if failing:
+            task["ignore_errors"] = True
+        tasks.append(task)
+    playbook = tmp / "cases.yml"
+    playbook.write_text(yaml.safe_dump([{"name": "gpu_pairs cases", "hosts": "localhost", "connection": "local", "gather_facts": False,
+                                         "tasks": tasks}], sort_keys=False))
+    result = run_playbook(playbook, inventory="localhost,")
+    by_name = {record["_task"]: record for record in result.results}
+    assert set(by_name) == {case[0] for case in _cases(tmp)}, result.stdout + result.stderr
+    return by_name
+
+
+def fact(record: dict) -> dict:
+    return record["ansible_facts"]["pairserve_gpu"]
+
+
+def test_read_only_four_steps_same_facts(played):
+    steps = ["node-a check", "node-a apply", "node-a check again", "node-a apply again"]
+    for step in steps:
+        assert played[step]["_status"] == "ok", played[step]
+        assert played[step]["changed"] is False
+    facts = [fact(played[step]) for step in steps]
+    assert all(item == facts[0] for item in facts)  # check mode returns the same facts
+    pair = facts[0]["pairs"][0]
+    assert facts[0]["source"] == f"replay:{FIXTURES / 'node-a-2x5080.json'}"
+    assert pair["uuids"] == NODE_A_UUIDS
+    assert pair["cuda_visible_devices"] == ",".join(NODE_A_UUIDS)
+    assert (pair["fp4_path"], pair["link"], pair["idle_power_w"]) == ("native", "pcie", 21.6)
+    assert "pair 0: NVIDIA GeForce RTX 5080 x2" in played["node-a apply"]["msg"]
+
+
+def test_node_b_and_its_swap(played):
+    node_b = fact(played["node-b"])["pairs"][0]
+    assert (node_b["fp4_path"], node_b["compute_capability"], node_b["idle_power_w"]) == ("marlin", "8.9", 102.8)
+    swapped = fact(played["node-b swapped to 4090"])["pairs"][0]
+    assert swapped["memory_total_mib"] == 24564 and swapped["architecture"] == "ada"
+
+
+def test_h200_recording_one_pair_p2p_ok_over_nvlink(played):
+    """The recording made on the 2x H200 host replays to what the module printed there (docs/gpu-detection.md)."""
+    gpu = fact(played["h200 recorded"])
+    (pair,) = gpu["pairs"]
+    assert (pair["link"], pair["p2p_read"]) == ("nvlink", "ok")
+    assert gpu["links"][0]["p2p"]["nvlink"] == "ok"
+    assert gpu["source"] == f"replay:{FIXTURES / 'h200x2-2026-11-30.json'}"
+    assert pair["uuids"] == ["GPU-4be1d14f-3910-7df3-9c07-b1322aeae564", "GPU-6b33c5dd-0b40-c25d-1b71-183571bef5b5"]
+
+
+def test_mixed_host_without_allow_mixed_leaves_both_with_reason(played):
+    gpu = fact(played["mixed guarded"])
+    assert gpu["pairs"] == []
+    reasons = {item["uuid"]: item["reason"] for item in gpu["leftover"]}
+    assert set(reasons) == {MIXED_4070, MIXED_5080}
+    assert "allow_mixed" in reasons[MIXED_4070] and "NVIDIA GeForce RTX 5080" in reasons[MIXED_4070]
+
+
+def test_mixed_host_pairs_pinned_by_uuid(played):
+    (pair,) = fact(played["mixed allowed"])["pairs"]
+    # NVML (PCI) order puts the slower 4070 Ti SUPER first; CUDA's default fastest-first order would not.
+    assert pair["nvml_indices"] == [0, 1] and pair["gpustack_gpu_indexes"] == [0, 1]
+    assert pair["cuda_visible_devices"] == f"{MIXED_4070},{MIXED_5080}"
+    assert pair["mixed"] is True
+    assert (pair["compute_capability"], pair["fp4_path"], pair["memory_total_mib"]) == ("8.9", "marlin", 16303)
+
+
+def test_expected_pairs_guard_says_what_changed(played):
+    record = played["mixed guarded"]
+    assert record["_status"] == "failed"
+    msg = record["msg"]
+    assert "expected_pairs is 1 but this host now forms 0" in msg
+    assert "NVIDIA GeForce RTX 4070 Ti SUPER" in msg and "NVIDIA GeForce RTX 5080" in msg
+    assert "hardware changed" in msg
+    assert fact(record)["leftover"]  # the facts come along for diagnosis
+
+
+def test_three_and_four_gpus(played):
+    three = fact(played["three"])
+    assert three["pairs"][0]["bus_ids"] == ["00000000:21:00.0", "00000000:41:00.0"]
+    assert [item["bus_id"] for item in three["leftover"]] == ["00000000:01:00.0"]
+    four = fact(played["four"])
+    assert [p["name"] for p in four["pairs"]] == ["NVIDIA RTX A6000", "NVIDIA GeForce RTX 4090"]
+    excluded = fact(played["four exclude uuid"])
+    assert [p["name"] for p in excluded["pairs"]] == ["NVIDIA RTX A6000"]
+    assert {item["reason"] for item in excluded["leftover"]} >= {"excluded by the exclude option"}
+
+
+def test_bad_input_fails_with_the_input_named(played):
+    assert played["exclude typo"]["_status"] == "failed"
+    assert "exclude names GPU-does-not-exist" in played["exclude typo"]["msg"]
+    assert "GPU-5080a000-0000-4000-8000-000000000001" in played["exclude typo"]["msg"]
+    assert played["group size not an int"]["_status"] == "failed"
+    assert "group_size" in played["group size not an int"]["msg"]
+
+
+def test_lost_gpu_names_it_and_what_to_do(played):
+    record = played["lost"]
+    assert record["_status"] == "failed"
+    assert "00000000:02:00.0" in record["msg"] and "GPU-5080f000-0000-4000-8000-000000000002" in record["msg"]
+    assert "GpuIsLost" in record["msg"] and "Xid" in record["msg"] and "reseat" in record["msg"]
+
+
+def test_too_old_driver(played):
+    record = played["old driver"]
+    assert record["_status"] == "failed"
+    assert "driver 560.35.03 is too old for blackwell" in record["msg"] and ">= 570" in record["msg"]
+    assert played["old driver allowed"]["_status"] == "ok"
+
+
+def test_no_fake_meets_library_not_found():
+    """No PAIRSERVE_NVML_REPLAY: the module meets this machine's real missing libnvidia-ml.so.1."""
+    result = run_module("gpu_pairs", {"group_size": 2}, env={"PAIRSERVE_NVML_REPLAY": ""})
+    assert result.failed
+    assert "NVMLError_LibraryNotFound" in result["msg"]
+    assert "install the NVIDIA driver" in result["msg"] and "PAIRSERVE_NVML_REPLAY" in result["msg"]
+    assert "ansible_facts" not in result.result

@@ -1,0 +1,226 @@
+"""nvml.py and nvml_replay.py in-process: the real nvidia-ml-py over recorded hosts, and over no driver at all.
+
+Each test that replays a recording goes through pynvml's own loading, ctypes conversion, struct decoding and
+error mapping; only libnvidia-ml.so.1 is replaced. The module-level behaviour (through Ansible) is in
+test_gpu_pairs.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from ansible_collections.pairserve.llm.plugins.module_utils import nvml, nvml_replay
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "nvml"
+SHARED_RAW = FIXTURES / "h200x2-raw-2026-11.json"
+
+
+def fixture(name: str) -> str:
+    return str(FIXTURES / name)
+
+
+def gather(name: str, **options) -> dict:
+    return nvml.gather({nvml_replay.ENV_VAR: fixture(name)}, **options)
+
+
+@pytest.fixture()
+def replay():
+    """Install a recording for raw pynvml calls; always give the binding its real CDLL back."""
+    def install(name):
+        library = nvml_replay.install(fixture(name))
+        pynvml.nvmlInit()
+        return library
+    yield install
+    try:
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        pass
+    nvml_replay.uninstall()
+
+
+# --- the fake at the ctypes boundary ------------------------------------------------------------------
+
+def test_p2p_caps_tuple_bug_is_reproduced(replay):
+    """nvidia-ml-py's NVML_P2P_CAPS_INDEX_READ is `(0,)`; libffi cannot convert it, as on real hardware."""
+    replay("h200x2-2026-11-30.json")
+    assert pynvml.NVML_P2P_CAPS_INDEX_READ == (0,)
+    first, second = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(1)
+    with pytest.raises(ctypes.ArgumentError, match="Don't know how to convert parameter 3"):
+        pynvml.nvmlDeviceGetP2PStatus(first, second, pynvml.NVML_P2P_CAPS_INDEX_READ)
+    # The int nvml.py passes gets the recorded answer (NVLink-connected H200s: P2P read OK).
+    assert pynvml.nvmlDeviceGetP2PStatus(first, second, nvml.P2P_CAPS_INDEX["read"]) == pynvml.NVML_P2P_STATUS_OK
+
+
+def test_replay_decodes_structs_and_maps_errors(replay):
+    library = replay("node-a-2x5080.json")
+    handle = pynvml.nvmlDeviceGetHandleByIndex(1)
+    pci = pynvml.nvmlDeviceGetPciInfo(handle)
+    assert (pci.busId, pci.bus, pci.pciDeviceId) == ("00000000:02:00.0", 2, 0x2C0210DE)
+    assert pynvml.nvmlDeviceGetMemoryInfo(handle).total == 17094934528
+    assert pynvml.nvmlDeviceGetCudaComputeCapability(handle) == (12, 0)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetNvLinkState(handle, 0)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetHandleByIndex(2)
+    # Symbols the recording layer does not provide surface as the binding's FunctionNotFound.
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        pynvml.nvmlDeviceGetFanSpeed(handle)
+    assert "nvmlDeviceGetPciInfo_v3" in library.calls
+
+
+def test_replay_refuses_calls_before_init():
+    nvml_replay.install(fixture("node-a-2x5080.json"))
+    try:
+        pynvml._LoadNvmlLibrary()  # pylint: disable=protected-access
+        with pytest.raises(pynvml.NVMLError_Uninitialized):
+            pynvml.nvmlDeviceGetCount()
+    finally:
+        nvml_replay.uninstall()
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"format": "something-else/9", "devices": []}), "expected 'pairserve-nvml-recording/1'"),
+])
+def test_bad_recording_is_named(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(nvml.GpuInventoryError, match=message) as info:
+        nvml.gather({nvml_replay.ENV_VAR: str(path)})
+    assert str(path) in str(info.value)
+
+
+def test_missing_recording_is_named(tmp_path):
+    with pytest.raises(nvml.GpuInventoryError, match="cannot read the recording"):
+        nvml.gather({nvml_replay.ENV_VAR: str(tmp_path / "nope.json")})
+
+
+# --- no fake at all ------------------------------------------------------------------------------------
+
+def test_no_driver_here_is_the_real_library_not_found():
+    """This machine has no NVIDIA driver: the real binding meets the real dlopen failure."""
+    script = ("from ansible_collections.pairserve.llm.plugins.module_utils import nvml\n"
+              "try:\n    nvml.gather({})\nexcept nvml.GpuInventoryError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                          env={"PYTHONPATH": str(REPO / ".cache" / "collections"), "PATH": "/usr/bin:/bin"})
+    assert "NVMLError_LibraryNotFound" in proc.stdout
+    assert "install the NVIDIA driver" in proc.stdout
+    assert "PAIRSERVE_NVML_REPLAY" in proc.stdout
+
+
+def test_driver_not_loaded_says_what_to_do(tmp_path):
+    data = json.loads((FIXTURES / "node-a-2x5080.json").read_text())
+    data["init"] = {"error": "DriverNotLoaded"}
+    path = tmp_path / "no-module.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(nvml.GpuInventoryError, match="kernel driver is not loaded.*install the NVIDIA driver"):
+        nvml.gather({nvml_replay.ENV_VAR: str(path)})
+
+
+# --- inventory and pairing --------------------------------------------------------------------------------
+
+def test_h200_recording_one_nvlink_pair():
+    fact = gather("h200x2-2026-11-30.json", expected_pairs=1)
+    assert fact["source"] == "replay:" + fixture("h200x2-2026-11-30.json")
+    assert fact["driver_version"] == "580.159.04" and fact["cuda_driver_version"] == "13.0"
+    assert [g["nvlink_active_links"] for g in fact["gpus"]] == [18, 18]
+    (pair,) = fact["pairs"]
+    assert (pair["link"], pair["p2p_read"], pair["topology"]) == ("nvlink", "ok", "host_bridge")
+    assert (pair["architecture"], pair["compute_capability"], pair["fp4_path"]) == ("hopper", "9.0", "marlin")
+    assert pair["memory_total_mib"] == 143771
+
+
+def test_converted_shared_recording_matches_conversion():
+    """tests/fixtures/nvml/h200x2.json is exactly what the documented conversion makes of the raw file."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import record_nvml  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    converted = record_nvml.convert(json.loads(SHARED_RAW.read_text()))
+    committed = json.loads((FIXTURES / "h200x2.json").read_text())
+    assert {k: committed[k] for k in ("system", "devices", "pairs")} == converted
+    # The raw READ answer was the binding's ArgumentError; the converted one is the int-0 answer.
+    assert converted["pairs"]["0-1"]["P2PStatus"]["READ"] == 0
+    assert gather("h200x2.json")["pairs"][0]["link"] == "nvlink"
+
+
+def test_node_a_matches_the_seed():
+    fact = gather("node-a-2x5080.json")
+    (pair,) = fact["pairs"]
+    assert pair["name"] == "NVIDIA GeForce RTX 5080" and not pair["mixed"]
+    assert (pair["compute_capability"], pair["architecture"], pair["fp4_path"]) == ("12.0", "blackwell", "native")
+    assert (pair["link"], pair["p2p_read"]) == ("pcie", "gpu_not_supported")
+    assert pair["idle_power_w"] == 21.6
+    assert pair["memory_total_mib"] == 16303
+    assert [g["pcie_max_gen"] for g in fact["gpus"]] == [5, 5]  # max, not the Gen1 idle link
+    assert [g["nvlink_active_links"] for g in fact["gpus"]] == [0, 0]
+    assert [g["numa_node"] for g in fact["gpus"]] == [None, None]
+
+
+def test_node_b_matches_the_seed():
+    (pair,) = gather("node-b-2x4070tis.json")["pairs"]
+    assert (pair["compute_capability"], pair["architecture"], pair["fp4_path"]) == ("8.9", "ada", "marlin")
+    assert pair["idle_power_w"] == 102.8
+
+
+def test_swapped_node_b_has_24_gib_cards():
+    (pair,) = gather("node-b-2x4090.json")["pairs"]
+    assert pair["name"] == "NVIDIA GeForce RTX 4090" and pair["memory_total_mib"] == 24564
+
+
+def test_three_gpus_pairs_the_nvlink_bridge_and_leaves_one():
+    fact = gather("three-gpus.json")
+    (pair,) = fact["pairs"]
+    # Best link first: the bridged 21/41 pair wins over the lower bus ids 01/21.
+    assert pair["bus_ids"] == ["00000000:21:00.0", "00000000:41:00.0"]
+    assert pair["link"] == "nvlink"
+    (left,) = fact["leftover"]
+    assert left["bus_id"] == "00000000:01:00.0" and "no partner" in left["reason"]
+
+
+def test_four_gpus_pair_by_model_not_by_bus_adjacency():
+    fact = gather("four-gpus-two-models.json", expected_pairs=2)
+    first, second = fact["pairs"]
+    assert first["name"] == "NVIDIA RTX A6000" and first["bus_ids"] == ["00000000:01:00.0", "00000000:41:00.0"]
+    assert (first["link"], first["topology"]) == ("p2p", "single_switch")
+    assert second["name"] == "NVIDIA GeForce RTX 4090" and second["nvml_indices"] == [1, 3]
+    assert second["gpustack_gpu_indexes"] == [1, 3]
+    assert fact["leftover"] == []
+
+
+def test_exclude_by_bus_id_in_any_spelling():
+    fact = gather("four-gpus-two-models.json", exclude=["0000:21:00.0"])
+    assert [p["name"] for p in fact["pairs"]] == ["NVIDIA RTX A6000"]
+    reasons = {item["bus_id"]: item["reason"] for item in fact["leftover"]}
+    assert reasons["00000000:21:00.0"] == "excluded by the exclude option"
+    assert "no partner of the same model" in reasons["00000000:61:00.0"]
+
+
+def test_group_size_one_and_four():
+    assert len(gather("four-gpus-two-models.json", group_size=1)["pairs"]) == 4
+    mixed = gather("four-gpus-two-models.json", group_size=4, allow_mixed=True)
+    (group,) = mixed["pairs"]
+    assert group["mixed"] and group["memory_total_mib"] == 24564 and group["link"] == "pcie"
+    with pytest.raises(nvml.GpuInventoryError, match="group_size is 0"):
+        gather("node-a-2x5080.json", group_size=0)
+
+
+def test_normalise_bus_id():
+    assert nvml.normalise_bus_id("0000:0a:00.0") == "00000000:0A:00.0"
+    assert nvml.normalise_bus_id("01:00.0") == "00000000:01:00.0"
+    assert nvml.normalise_bus_id("00000000:41:00.0") == "00000000:41:00.0"
+
+
+@pytest.mark.parametrize("cc, path", [((12, 0), "native"), ((10, 0), "native"), ((9, 0), "marlin"),
+                                      ((8, 9), "marlin"), ((8, 0), "marlin"), ((7, 5), "unsupported")])
+def test_fp4_path(cc, path):
+    assert nvml.fp4_path(*cc) == path
