@@ -254,7 +254,10 @@ class Nvml:
                 p2p[name] = "error_" + _error_name(exc).lower()
         # NVML's common ancestor does not see NVLink (an NVLinked H200 pair reports host_bridge): read
         # NVLink from the P2P NVLINK capability, the PCIe distance from the ancestor.
-        level = self._optional(pynvml.nvmlDeviceGetTopologyCommonAncestor, first["_handle"], second["_handle"])
+        try:
+            level = self._optional(pynvml.nvmlDeviceGetTopologyCommonAncestor, first["_handle"], second["_handle"])
+        except pynvml.NVMLError as exc:  # only a lost GPU gets here
+            raise GpuInventoryError(_lost_message(first, exc)) from exc
         if p2p["nvlink"] == "ok":
             kind = "nvlink"
         elif p2p["read"] == "ok" and p2p["write"] == "ok":
@@ -381,6 +384,16 @@ def gather(environ=None, *, group_size=2, allow_mixed=False, exclude=(), expecte
     """The whole `pairserve_gpu` fact. Raises GpuInventoryError with an actionable message."""
     if group_size < 1:
         raise GpuInventoryError(f"group_size is {group_size}: it must be 1 or more (2 for the TP=2 replicas)")
+    try:
+        return _gather(environ, group_size, allow_mixed, exclude, expected_pairs, min_driver)
+    except GpuInventoryError:
+        raise
+    except pynvml.NVMLError as exc:
+        raise GpuInventoryError(f"NVML failed unexpectedly: NVMLError_{_error_name(exc)} ({exc}); run "
+                                "`nvidia-smi -q` on the host to see whether the driver is healthy") from exc
+
+
+def _gather(environ, group_size, allow_mixed, exclude, expected_pairs, min_driver) -> dict:
     with Nvml(environ) as session:
         system = session.system()
         gpus = session.gpus()

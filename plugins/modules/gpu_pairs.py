@@ -10,10 +10,10 @@ module: gpu_pairs
 short_description: Inventory the NVIDIA GPUs of a node and group them into tensor-parallel pairs
 version_added: 0.1.0
 description:
-  - Reads every GPU through NVML (nvidia-ml-py) on the target: UUID, PCI bus id, name, memory, compute
-    capability, architecture, power draw and limit, persistence mode, maximum PCIe generation and width,
-    active NVLink links, and between every two GPUs the P2P status and PCIe topology.
-  - Groups the GPUs into tensor-parallel groups of O(group_size) (the TP=2 replicas of the collection):
+  - Reads every GPU through NVML (nvidia-ml-py) on the target, that is UUID, PCI bus id, name, memory,
+    compute capability, architecture, power draw and limit, persistence mode, maximum PCIe generation and
+    width, active NVLink links, and between every two GPUs the P2P status and PCIe topology.
+  - Groups the GPUs into tensor-parallel groups of O(group_size) (the TP=2 replicas of the collection);
     only GPUs of one model and memory size unless O(allow_mixed), the best-linked GPUs first
     (NVLink, then P2P, then the nearest common PCIe ancestor), ties broken by PCI bus id.
   - Each pair carries a C(CUDA_VISIBLE_DEVICES) value made of UUIDs, because CUDA numbers devices
@@ -33,6 +33,7 @@ extends_documentation_fragment:
   - pairserve.llm.attributes.INFO_MODULE
 attributes:
   facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
     details:
       - Sets the fact C(pairserve_gpu).

@@ -224,3 +224,20 @@ def test_normalise_bus_id():
                                       ((8, 9), "marlin"), ((8, 0), "marlin"), ((7, 5), "unsupported")])
 def test_fp4_path(cc, path):
     assert nvml.fp4_path(*cc) == path
+
+
+def test_lost_gpu_is_named_by_bus_id_and_uuid():
+    with pytest.raises(nvml.GpuInventoryError) as info:
+        gather("lost-gpu.json")
+    message = str(info.value)
+    assert "GPU 00000000:02:00.0 (GPU-5080f000-0000-4000-8000-000000000002) answers NVML with GpuIsLost" in message
+    assert "dmesg" in message and "reseat" in message and "exclude" in message
+
+
+def test_lost_gpu_without_even_a_handle_is_named_by_index(tmp_path):
+    data = json.loads((FIXTURES / "lost-gpu.json").read_text())
+    data["devices"][1]["HandleFails"] = True
+    path = tmp_path / "lost-no-handle.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(nvml.GpuInventoryError, match="GPU NVML index 1 \\(UUID unreadable\\) answers NVML with GpuIsLost"):
+        nvml.gather({nvml_replay.ENV_VAR: str(path)})
