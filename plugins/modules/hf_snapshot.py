@@ -309,11 +309,13 @@ def main():
                   progress_file=progress_file, model={})
 
     duration = 0.0
-    if fetched and not module.check_mode:
+    if fetched:
+        # also in check mode: the role's preflight is a check-mode run, and it must fail before anything changes
         try:
             hub.check_disk(cache_dir, bytes_fetched, p["reserve_free_space"])
         except hub.HubError as exc:
             module.fail_json(msg=str(exc), **result)
+    if fetched and not module.check_mode:
         blobs = os.path.join(hub.repo_folder(cache_dir, repo_id), "blobs")
         pending = {}
         for path in fetched:
