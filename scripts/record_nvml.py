@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Record what NVML answers on this host, for replay by plugins/module_utils/nvml_replay.py.
 

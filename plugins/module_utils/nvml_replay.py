@@ -71,7 +71,7 @@ class ReplayLibrary:
         self._codes = error_codes()
         self._initialized = 0
         # Stable non-NULL device handles: the addresses of small buffers, one per recorded device.
-        self._handles = [ctypes.create_string_buffer(8) for _ in self.devices]
+        self._handles = [ctypes.create_string_buffer(8) for dummy in self.devices]
         self._by_address = {ctypes.addressof(buf): i for i, buf in enumerate(self._handles)}
         self._keep: list = []  # callbacks and strings must outlive every call
         self._symbols: dict = {}

@@ -24,7 +24,7 @@ description:
     C(scripts/record_nvml.py), the real nvidia-ml-py runs over that recording instead of the driver
     and every result says C(source=replay:<file>). Pass it with the task's C(environment) keyword.
 author:
-  - pairserve.llm maintainers
+  - pairserve.llm maintainers (@pairserve)
 requirements:
   - nvidia-ml-py (the C(pynvml) module) on the target, e.g. in the venv of the pairserve.llm.node_venv role.
   - An NVIDIA driver on the target, unless E(PAIRSERVE_NVML_REPLAY) is set.
