@@ -30,3 +30,11 @@ attributes:
     details:
       - This action does not modify state.
 """
+
+    # For modules that return ansible_facts.
+    FACTS = r"""
+options: {}
+attributes:
+  facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
+"""

@@ -69,7 +69,8 @@ def run_module(module: str, args: dict | None = None, *, check: bool = False, di
     fqcn = module if "." in module else f"pairserve.llm.{module}"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.jsonl"
-        cmd = [str(BIN / "ansible"), "localhost", "-c", "local", "-m", fqcn, "-a", json.dumps(args or {})]
+        # An empty -a '{}' is refused as "raw params" by Ansible: leave -a out when there are no arguments.
+        cmd = [str(BIN / "ansible"), "localhost", "-c", "local", "-m", fqcn] + (["-a", json.dumps(args)] if args else [])
         if check:
             cmd.append("--check")
         if diff:
