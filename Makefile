@@ -5,7 +5,7 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: deps lint sanity unit integration molecule test lab lab-down docs bench
+.PHONY: deps lint sanity unit integration molecule release-check docs test lab lab-down bench
 
 deps: ## apt packages, the pinned venv, dependency collections, the in-place collection link
 	bash scripts/bootstrap.sh
@@ -25,7 +25,13 @@ integration: deps ## tests against real services started by the suite (hub, GPUS
 molecule: deps ## every molecule scenario in podman containers
 	bash scripts/molecule.sh
 
-test: deps lint sanity unit integration molecule ## the whole test suite (what CI runs)
+release-check: deps ## build + install the tarball, ansible-doc, a play from the installed copy, EE, changelog, docs freshness
+	bash scripts/release_check.sh
+
+docs: deps ## regenerate docs/reference/ from argument_specs and module documentation
+	.venv/bin/python scripts/gen_docs.py
+
+test: deps lint sanity unit integration molecule release-check ## the whole test suite (what CI runs)
 
 lab: deps ## the main job on its embedded default: the local lab
 	bash scripts/lab.sh up

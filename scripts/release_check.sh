@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# What a user meets: the built tarball, an install from it, ansible-doc, one real play from the installed
+# copy (not the checkout), the execution environment definition, the changelog fragments and the
+# generated reference docs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+export PATH=$root/.venv/bin:$PATH
+tmp=$(mktemp -d /tmp/pairserve-release.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "== build"
+rm -rf dist && ansible-galaxy collection build --force --output-path dist . >/dev/null
+tarball=$(ls dist/pairserve-llm-*.tar.gz)
+leaked=$(tar -tzf "$tarball" | grep -E '(^|/)(\.venv|\.cache|\.lab|tests/output|__pycache__|dist)(/|$)' || true)
+if [ -n "$leaked" ]; then
+  echo "the tarball carries caches or state it must not:" >&2
+  echo "$leaked" | head -20 >&2
+  exit 1
+fi
+echo "$tarball: $(du -h "$tarball" | cut -f1), $(tar -tzf "$tarball" | wc -l) entries"
+
+echo "== install into a fresh collections path"
+mkdir -p "$tmp/collections"
+ansible-galaxy collection install --force --no-deps -p "$tmp/collections" "$tarball" >/dev/null
+# The dependencies come from the bootstrap's copy; pairserve.llm only from the tarball.
+deps=$tmp/deps/ansible_collections
+mkdir -p "$deps"
+for d in "$root"/.cache/collections/ansible_collections/*; do
+  [ "$(basename "$d")" = pairserve ] || ln -s "$d" "$deps/"
+done
+printf '[defaults]\ninterpreter_python = auto_silent\n' >"$tmp/ansible.cfg"
+export ANSIBLE_COLLECTIONS_PATH=$tmp/collections:$tmp/deps ANSIBLE_CONFIG=$tmp/ansible.cfg ANSIBLE_NOCOLOR=1
+cd "$tmp"
+installed=$(ansible-galaxy collection list pairserve.llm 2>/dev/null | awk '/^# /{print $2}' | head -1)
+case "$installed" in
+  "$tmp/collections"*) echo "pairserve.llm resolves to the installed copy ($installed)" ;;
+  *) echo "pairserve.llm does not resolve to the installed copy: $installed" >&2; exit 1 ;;
+esac
+ansible-doc -l pairserve.llm | tee "$tmp/doc-list.txt"
+for m in gpu_pairs hf_snapshot tokenizer_patch gpustack_model gpustack_route runner_image; do
+  grep -q "^pairserve.llm.$m " "$tmp/doc-list.txt" || { echo "ansible-doc -l does not list pairserve.llm.$m" >&2; exit 1; }
+done
+
+echo "== a real play from the installed copy: GPU detection on a recorded host"
+coll=$tmp/collections/ansible_collections/pairserve/llm
+cat >"$tmp/hosts.yml" <<YAML
+all:
+  children:
+    gpu_nodes:
+      hosts:
+        node-a:
+          pairserve_nvml_replay: $coll/tests/fixtures/nvml/node-a-2x5080.json
+          pairserve_expected_pairs: 1
+  vars:
+    ansible_connection: local
+    ansible_python_interpreter: $root/.venv/bin/python
+    pairserve_node_venv: $root/.cache/recorded-node-venv
+    pairserve_node_venv_apt_packages: []
+YAML
+ansible-playbook -i "$tmp/hosts.yml" pairserve.llm.detect | tee "$tmp/play.txt" | grep -E "pair 0|PLAY RECAP|failed=" 
+grep -q "failed=0" "$tmp/play.txt"
+grep -q "replay:$coll/tests/fixtures/nvml/node-a-2x5080.json" "$tmp/play.txt"
+cd "$root"
+
+echo "== execution environment definition"
+ansible-builder create -f execution-environment.yml -c "$tmp/ee-context" >/dev/null
+test -f "$tmp/ee-context/Containerfile"
+echo "ansible-builder create: $(wc -l <"$tmp/ee-context/Containerfile") lines of Containerfile"
+
+echo "== changelog"
+antsibull-changelog lint
+if base=$(git merge-base HEAD "${CHANGELOG_BASE:-origin/main}" 2>/dev/null) && [ "$base" != "$(git rev-parse HEAD)" ]; then
+  if git diff --name-only "$base" HEAD | grep -qE '^(plugins|roles)/' &&
+     ! git diff --name-only --diff-filter=A "$base" HEAD | grep -q '^changelogs/fragments/'; then
+    echo "plugins/ or roles/ changed since $base without a changelogs/fragments/ entry" >&2
+    exit 1
+  fi
+fi
+
+echo "== generated reference docs"
+python scripts/gen_docs.py --check
+echo "release check: ok"
