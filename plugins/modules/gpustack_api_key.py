@@ -18,7 +18,7 @@ description:
     V(management) reaches the C(/v2) management API only and V(inference) reaches the OpenAI-compatible
     C(/v1) API only. A service should hand its clients an inference key and keep a management key for automation.
 author:
-  - pairserve.llm maintainers
+  - pairserve.llm maintainers (@pairserve)
 options:
   name:
     description:

@@ -14,7 +14,7 @@ description:
   - Returns the cluster id and, when asked with O(return_registration_token), the token a worker needs to join it.
   - Written against GPUStack 2.2.3. Cluster names are unique within their organisation; the admin's default organisation is used.
 author:
-  - pairserve.llm maintainers
+  - pairserve.llm maintainers (@pairserve)
 options:
   name:
     description:

@@ -14,7 +14,7 @@ description:
     with its expected GPU count, or until a model's instances are V(running).
   - Follows GPUStack's pagination, so the lists are complete.
 author:
-  - pairserve.llm maintainers
+  - pairserve.llm maintainers (@pairserve)
 options:
   gather:
     description:
@@ -22,7 +22,7 @@ options:
     type: list
     elements: str
     choices: [workers, gpus, models, model_instances, routes, clusters]
-    default: [workers, gpus, models, model_instances, routes, clusters]
+    default: [clusters, gpus, model_instances, models, routes, workers]
   names:
     description:
       - Keep only the items with one of these names (exact match), in every gathered list.

@@ -22,7 +22,7 @@ description:
   - GPUStack applies an updated spec only to instances it creates afterwards. With O(rollout=true) the module deletes
     the model's instances, one at a time, when the spec changed, and GPUStack recreates them with the new spec.
 author:
-  - pairserve.llm maintainers
+  - pairserve.llm maintainers (@pairserve)
 options:
   name:
     description:

@@ -18,7 +18,7 @@ description:
     every target id.
   - With GPUStack's gateway disabled (a pip install), the server picks a target by weighted random choice per request.
 author:
-  - pairserve.llm maintainers
+  - pairserve.llm maintainers (@pairserve)
 options:
   name:
     description:

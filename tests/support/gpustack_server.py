@@ -137,8 +137,7 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> f
         if proc.poll() is not None:
             raise RuntimeError(f"{url}: process exited with {proc.returncode}; log tail:\n{_tail(log)}")
         try:
-            status, _ = _get(url, timeout=3)
-            if status == 200:
+            if _get(url, timeout=3)[0] == 200:
                 return time.monotonic() - start
         except (urllib.error.URLError, OSError):
             pass

@@ -106,7 +106,7 @@ def test_post_is_not_repeated_after_5xx(server):
 
 def test_wrong_credentials_name_the_cause(server):
     server.default = (401, {"code": 401, "reason": "Unauthorized", "message": "Invalid authentication credentials"})
-    client, _ = client_for(server.url, api_key=None, username="admin", password="wrong")
+    client = client_for(server.url, api_key=None, username="admin", password="wrong")[0]
     with pytest.raises(GpuStackError) as info:
         client.get("/v2/users/me")
     msg = str(info.value)
@@ -117,14 +117,14 @@ def test_wrong_credentials_name_the_cause(server):
 
 
 def test_bearer_key_is_sent(server):
-    client, _ = client_for(server.url, api_key="gpustack_abc")
+    client = client_for(server.url, api_key="gpustack_abc")[0]
     client.get("/v2/clusters")
     assert server.seen[0]["auth"] == "Bearer gpustack_abc"
 
 
 def test_fastapi_validation_detail_is_quoted(server):
     server.default = (422, {"detail": [{"loc": ["body", "replicas"], "msg": "Input should be >= 0"}]})
-    client, _ = client_for(server.url)
+    client = client_for(server.url)[0]
     with pytest.raises(GpuStackError) as info:
         client.post("/v2/models", {"replicas": -1})
     assert "body.replicas: Input should be >= 0" in str(info.value)
@@ -153,7 +153,7 @@ def test_list_follows_pagination(server):
         return {"items": chunk, "pagination": {"page": number, "perPage": per, "total": 250, "totalPage": 3}}
 
     server.default = (200, page)
-    client, _ = client_for(server.url)
+    client = client_for(server.url)[0]
     got = client.list("/v2/workers", {"cluster_id": 1})
     assert [i["id"] for i in got] == list(range(250))
     assert len(server.seen) == 3
@@ -168,13 +168,12 @@ def test_api_url_forms():
 
 
 def test_field_diff_only_managed_keys():
-    existing = {"name": "m", "replicas": 1, "env": {"A": "1"}, "gpu_selector": {"gpu_ids": ["w:cuda:0"],
-                                                                               "gpus_per_replica": None},
-                "ready_replicas": 0}
+    existing = {"name": "m", "replicas": 1, "env": {"A": "1"}, "ready_replicas": 0,
+                "gpu_selector": {"gpu_ids": ["w:cuda:0"], "gpus_per_replica": None}}
     desired = {"name": "m", "replicas": 1, "env": {"A": "1"}, "gpu_selector": {"gpu_ids": ["w:cuda:0"]},
                "description": None}
     assert field_diff(desired, existing, subset_keys=("gpu_selector",)) == ([], {}, {})
     changed, before, after = field_diff(dict(desired, env={"A": "2"}), existing, subset_keys=("gpu_selector",))
     assert changed == ["env"] and before == {"env": {"A": "1"}} and after == {"env": {"A": "2"}}
-    changed, before, _ = field_diff(desired, None)
-    assert changed == ["env", "gpu_selector", "name", "replicas"] and before["name"] is None
+    changed, before, after = field_diff(desired, None)
+    assert changed == ["env", "gpu_selector", "name", "replicas"] and before["name"] is None and after["name"] == "m"

@@ -40,7 +40,7 @@ def test_info_sees_the_worker_ready_with_its_two_gpus(gpustack_server):
 
 def test_cluster_four_steps_diff_and_absent(gpustack_server):
     args = {**gpustack_server.auth_args, "name": "c-four", "description": "first"}
-    check, apply, _, again = four_steps("gpustack_cluster", args)
+    check, apply, _idem, again = four_steps("gpustack_cluster", args)
     assert check["diff"]["after"] == {"name": "c-four", "description": "first", "provider": "Docker"}
     assert check["cluster"].get("id") is None and check["registration_token"] is None
     cluster_id = apply["cluster"]["id"]
@@ -100,7 +100,7 @@ def test_api_key_four_steps_scopes_enforced_and_value_rotation(gpustack_server):
     value = "pairserve-inference-0001"
     args = {**gpustack_server.auth_args, "name": "pytest-inference", "value": value, "scope": ["inference"],
             "description": "clients"}
-    check, apply, _, _ = four_steps("gpustack_api_key", args)
+    check, apply = four_steps("gpustack_api_key", args)[:2]
     assert check["diff"]["after"]["scope"] == ["inference"]
     assert value not in json.dumps(apply.result)  # the fixed value is never returned
     assert apply["api_key"]["is_custom"] is True

@@ -57,7 +57,7 @@ def wait_for(predicate, timeout=60, what="condition"):
 
 def test_model_four_steps_sends_the_pairserve_settings(gpustack_server, checkpoint):
     args = model_args(gpustack_server, checkpoint, "rep-four", [0, 1], env={"VLLM_LOGGING_LEVEL": "INFO"})
-    check, apply, _, again = four_steps("gpustack_model", args)
+    check, apply, _idem, again = four_steps("gpustack_model", args)
     after = check["diff"]["after"]
     assert after["distributed_inference_across_workers"] is False
     assert after["gpu_selector"] == {"gpu_ids": [f"{gpustack_server.worker_name}:cuda:0",
@@ -154,7 +154,7 @@ def test_route_four_steps_ids_kept_and_weight_change_is_one_put(gpustack_server,
         assert run_module("gpustack_model", model_args(gpustack_server, checkpoint, name, [gpu])).changed
     args = {**gpustack_server.key_args, "name": "qwen-pool",
             "targets": [{"model": "pool-a", "weight": 58}, {"model": "pool-b", "weight": 42}]}
-    check, _, _, _ = four_steps("gpustack_route", args)
+    check = four_steps("gpustack_route", args)[0]
     assert check["diff"]["after"]["targets"] == [
         {"model": "pool-a", "weight": 58, "fallback_status_codes": None},
         {"model": "pool-b", "weight": 42, "fallback_status_codes": None}]
