@@ -49,11 +49,20 @@ PROFILE_CASES = {
 # Deliberately wrong command lines: each must FAIL the same check, or the check proves nothing.
 WRONG_CASES = {
     "typo-flag": ["--max-model-length=65536"],
-    "disable-spelling-0.25.1": ["--disable-prefix-caching"],  # only 0.33 knows --disable-X
     "unknown-tool-parser": ["--enable-auto-tool-choice", "--tool-call-parser=qwen3_cod"],
     "auto-tools-without-parser": ["--enable-auto-tool-choice"],
     "bad-mamba-mode": ["--mamba-cache-mode=everything"],
 }
+
+
+def _wrong_cases(version):
+    cases = dict(WRONG_CASES)
+    vt = va.version_tuple(version)
+    if vt < (0, 33, 0):
+        cases["disable-spelling"] = ["--disable-prefix-caching"]  # only 0.33 knows --disable-X
+    if vt >= (0, 32, 0):
+        cases["mamba-all"] = ["--mamba-cache-mode=all"]  # removed in 0.32
+    return cases
 
 
 def _cases(version):
@@ -61,7 +70,7 @@ def _cases(version):
     for case_id, (profile, checkpoint) in PROFILE_CASES.items():
         for style in ("equals", "split"):
             cases["%s/%s" % (case_id, style)] = va.render(profile, version, checkpoint, PAIR, style=style).argv
-    cases.update(WRONG_CASES)
+    cases.update(_wrong_cases(version))
     return cases
 
 
@@ -111,8 +120,7 @@ def test_rendered_profile_parses_with_the_real_parser(version, case_id, style):
         assert spec == {"method": "mtp", "num_speculative_tokens": 2}
 
 
-@pytest.mark.parametrize("case_id", list(WRONG_CASES))
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version,case_id", [(v, c) for v in VERSIONS for c in _wrong_cases(v)])
 def test_deliberately_wrong_flags_fail_the_same_check(version, case_id):
     result = parse_all(version)["results"][case_id]
     assert not result["ok"], "%s parsed on vLLM %s: the check could not catch a bad flag" % (case_id, version)
