@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Build the tiny, deterministic Qwen3 test model that the CPU vLLM test ground serves.
 
     scripts/build_tiny_model.py [--random] [--out DIR] [--force]
@@ -261,7 +261,7 @@ def build(out, randomise_only=False):
         (tmp / "generation_config.json").write_text(json.dumps(
             {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "eos_token_id": [eos], "pad_token_id": pad}, indent=1))
         checks = []
-        for check, (prompt_ids, _) in zip(CHECKS, seqs):
+        for check, (prompt_ids, dummy) in zip(CHECKS, seqs):
             entry = {k: v for k, v in check.items() if k != "completion"}
             entry["prompt_tokens"] = len(prompt_ids)
             entry["completion"] = check["completion"]

@@ -417,7 +417,7 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
     extra = p["extra_args"] or []
     if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
         _fail("profile %s: extra_args must be a list of strings, got %r" % (name, extra))
-    owned = {f for f, _ in flags} | {"--" + k.replace("_", "-") for k in PROFILE_KEYS} | {"--no-enable-prefix-caching"}
+    owned = {flag for flag, dummy in flags} | {"--" + k.replace("_", "-") for k in PROFILE_KEYS} | {"--no-enable-prefix-caching"}
     for arg in extra:
         flag = arg.split("=", 1)[0]
         if flag in ("-pp", "--pipeline-parallel-size", "-tp"):

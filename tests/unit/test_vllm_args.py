@@ -59,7 +59,7 @@ def render(profile="multimodal", version="0.25.1", checkpoint=None, pair=None, *
 
 
 def flags(rendered):
-    return [f for f, _ in va.argv_pairs(rendered.argv)]
+    return [pair[0] for pair in va.argv_pairs(rendered.argv)]
 
 
 # ---------------------------------------------------------------------------------------------- goldens
