@@ -1,0 +1,212 @@
+"""pytest-testinfra checks of molecule/default: the control plane converged by playbooks/site.yml.
+
+Runs on the controller (molecule's verify.yml) against the node containers through testinfra's podman backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import testinfra
+
+NODE_A = "pairserve-mol-node-a"
+NODE_B = "pairserve-mol-node-b"
+REPO = Path(__file__).resolve().parents[3]
+LAB_VARS = REPO / "inventory" / "lab" / "group_vars" / "all" / "control_plane.yml"
+API = "http://127.0.0.1:30080"
+EXPECTED_GPUS = {"node-a": "NVIDIA GeForce RTX 5080", "node-b": "NVIDIA GeForce RTX 4070 Ti SUPER"}
+
+# Runs inside node-a: one HTTP request, prints {"status": ..., "body": ...}. No curl in the image.
+HTTP = r"""
+import base64, json, sys, urllib.error, urllib.request
+method, url, auth = sys.argv[1], sys.argv[2], sys.argv[3]
+headers = {}
+if auth.startswith("bearer:"):
+    headers["Authorization"] = "Bearer " + auth[7:]
+elif auth.startswith("basic:"):
+    headers["Authorization"] = "Basic " + base64.b64encode(auth[6:].encode()).decode()
+req = urllib.request.Request(url, headers=headers, method=method)
+try:
+    with urllib.request.urlopen(req, timeout=20) as r:
+        print(json.dumps({"status": r.status, "body": r.read().decode()}))
+except urllib.error.HTTPError as e:
+    print(json.dumps({"status": e.code, "body": e.read().decode()}))
+"""
+
+
+def _lab_var(name: str) -> str:
+    match = re.search(rf'^{name}: "([^"]+)"', LAB_VARS.read_text(), re.M)
+    assert match, f"{name} not found in {LAB_VARS}"
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def node_a():
+    return testinfra.get_host(f"podman://{NODE_A}")
+
+
+@pytest.fixture(scope="module")
+def node_b():
+    return testinfra.get_host(f"podman://{NODE_B}")
+
+
+@pytest.fixture(scope="module")
+def secrets(node_a):
+    """Every secret the play handled, to look for in logs."""
+    values = {
+        "admin password": _lab_var("pairserve_gpustack_admin_password"),
+        "database password": _lab_var("pairserve_gpustack_db_password"),
+        "management key": node_a.file("/etc/pairserve/secrets/management-api-key").content_string.strip(),
+        "inference key": node_a.file("/etc/pairserve/secrets/inference-api-key").content_string.strip(),
+    }
+    token = re.search(r'^token: "([^"]+)"', node_a.file("/etc/gpustack/worker.yaml").content_string, re.M)
+    assert token, "no token in node-a's worker.yaml"
+    values["registration token"] = token.group(1)
+    for name, value in values.items():
+        assert len(value) >= 8, f"{name} is suspiciously short"
+    return values
+
+
+def http(host, method, path, auth=""):
+    out = host.check_output("python3 -c %s %s %s %s", HTTP, method, API + path, auth or "none")
+    result = json.loads(out)
+    return result["status"], result["body"]
+
+
+@pytest.mark.parametrize(
+    ("node", "units"),
+    [(NODE_A, ["postgresql", "gpustack-server", "gpustack-worker"]), (NODE_B, ["gpustack-worker"])],
+)
+def test_services_active_and_enabled(node, units):
+    host = testinfra.get_host(f"podman://{node}")
+    for unit in units:
+        service = host.service(unit)
+        assert service.is_running, f"{unit} is not running on {node}"
+        assert service.is_enabled, f"{unit} is not enabled on {node}"
+
+
+def test_server_runs_as_its_own_user(node_a):
+    procs = node_a.process.filter(comm="gpustack")
+    users = {p.user for p in procs if "server.yaml" in p.args}
+    assert users == {"gpustack"}, f"server processes run as {users}"
+
+
+def test_readyz_answers(node_a):
+    status, _ = http(node_a, "GET", "/readyz")
+    assert status == 200
+
+
+def test_both_workers_ready_with_their_gpus(node_a, secrets):
+    status, body = http(node_a, "GET", "/v2/workers?perPage=100", "bearer:" + secrets["management key"])
+    assert status == 200, body
+    workers = {w["name"]: w for w in json.loads(body)["items"]}
+    assert set(workers) == set(EXPECTED_GPUS), f"workers: {sorted(workers)}"
+    for name, gpu_name in EXPECTED_GPUS.items():
+        worker = workers[name]
+        assert worker["state"] == "ready", f"{name}: {worker['state']} {worker.get('state_message')}"
+        gpus = worker["status"]["gpu_devices"]
+        assert [g["name"] for g in gpus] == [gpu_name, gpu_name], f"{name}: {gpus}"
+
+
+def test_api_keys_are_scoped(node_a, secrets):
+    management, inference = "bearer:" + secrets["management key"], "bearer:" + secrets["inference key"]
+    assert http(node_a, "GET", "/v2/workers", management)[0] == 200
+    assert http(node_a, "GET", "/v1/models", inference)[0] == 200
+    # An inference key cannot manage the cluster; a made-up key gets nothing.
+    assert http(node_a, "GET", "/v2/workers", inference)[0] in (401, 403)
+    assert http(node_a, "GET", "/v2/workers", "bearer:sk-pairserve-not-a-key")[0] == 401
+    assert http(node_a, "GET", "/v1/models", "bearer:sk-pairserve-not-a-key")[0] == 401
+
+
+@pytest.mark.parametrize(
+    ("node", "path", "mode", "owner", "group"),
+    [
+        (NODE_A, "/etc/pairserve/secrets", 0o700, "root", "root"),
+        (NODE_A, "/etc/pairserve/secrets/management-api-key", 0o600, "root", "root"),
+        (NODE_A, "/etc/pairserve/secrets/inference-api-key", 0o600, "root", "root"),
+        (NODE_A, "/etc/gpustack/server.yaml", 0o640, "root", "gpustack"),
+        (NODE_A, "/etc/gpustack/worker.yaml", 0o600, "root", "root"),
+        (NODE_B, "/etc/gpustack/worker.yaml", 0o600, "root", "root"),
+    ],
+)
+def test_secret_files_are_private(node, path, mode, owner, group):
+    f = testinfra.get_host(f"podman://{node}").file(path)
+    assert f.exists, path
+    assert (f.mode, f.user, f.group) == (mode, owner, group), f"{path}: {oct(f.mode)} {f.user}:{f.group}"
+
+
+@pytest.mark.parametrize("node", [NODE_A, NODE_B])
+def test_no_secret_in_the_journal(node, secrets):
+    journal = testinfra.get_host(f"podman://{node}").check_output("journalctl --no-pager -o cat")
+    assert "GPUStack" in journal or "gpustack" in journal, "the journal is empty: nothing was checked"
+    leaked = [name for name, value in secrets.items() if value in journal]
+    assert not leaked, f"found in the journal of {node}: {leaked}"
+
+
+def test_no_secret_in_verbose_output_and_idempotent(secrets):
+    """A -vvv converge prints nothing secret, and it changes nothing."""
+    inventory = os.environ["PAIRSERVE_MOLECULE_INVENTORY"]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               MOLECULE_PROJECT_DIRECTORY=str(REPO))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", os.path.dirname(inventory),
+         str(REPO / "molecule" / "default" / "converge.yml")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    leaked = [name for name, value in secrets.items() if value in output]
+    assert not leaked, f"-vvv output shows: {leaked}"
+    recap = re.findall(r"^(pairserve-mol-node-[ab])\s*:.*?changed=(\d+)", output, re.M)
+    assert len(recap) == 2 and all(changed == "0" for _, changed in recap), recap
+
+
+def test_wrong_admin_password_names_the_cause():
+    inventory = os.environ["PAIRSERVE_MOLECULE_INVENTORY"]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    args = {"api_url": API, "username": "admin", "password": "wrong-password-123", "name": "pairserve"}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), NODE_A, "-i", os.path.dirname(inventory),
+         "-m", "pairserve.llm.gpustack_cluster", "-a", json.dumps(args)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0
+    assert "401" in proc.stdout and re.search(r"password|credential|auth", proc.stdout, re.I), proc.stdout[-2000:]
+
+
+def test_unreachable_server_names_the_cause():
+    inventory = os.environ["PAIRSERVE_MOLECULE_INVENTORY"]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    # node-b asks node-a on a port nothing listens on.
+    args = {"api_url": "http://127.0.0.1:1", "password": "whatever-123", "gather": ["workers"],
+            "retries": 0, "timeout": 5}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), NODE_B, "-i", os.path.dirname(inventory),
+         "-m", "pairserve.llm.gpustack_info", "-a", json.dumps(args)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0
+    assert re.search(r"refused|unreachable|cannot reach|connect", proc.stdout, re.I), proc.stdout[-2000:]
+    assert "127.0.0.1:1" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_wrong_registration_token_names_the_cause(node_b):
+    """A worker started with a wrong token stops with the server's rejection in its output."""
+    cfg = node_b.file("/etc/gpustack/worker.yaml").content_string
+    bad = re.sub(r'^token: .*$', 'token: "gpustack_00000000_00000000000000000000000000000000"', cfg, flags=re.M)
+    bad = re.sub(r'^worker_port: .*$', "worker_port: 10250", bad, flags=re.M)
+    bad = re.sub(r'^worker_metrics_port: .*$', "worker_metrics_port: 10251", bad, flags=re.M)
+    bad = re.sub(r'^worker_name: .*$', 'worker_name: "pairserve-wrong-token"', bad, flags=re.M)
+    bad = re.sub(r'^data_dir: .*$', "data_dir: /tmp/pairserve-wrong-token", bad, flags=re.M)
+    node_b.run("mkdir -p /tmp/pairserve-wrong-token && echo 3b241101-e2bb-4255-8caf-4136c566a962 > /tmp/pairserve-wrong-token/worker_uuid")
+    node_b.run("cat > /tmp/pairserve-wrong-token.yaml <<'EOF'\n%s\nEOF" % bad)
+    try:
+        result = node_b.run("timeout 150 /opt/gpustack/current/venv/bin/gpustack start --config-file /tmp/pairserve-wrong-token.yaml")
+    finally:
+        node_b.run("rm -rf /tmp/pairserve-wrong-token /tmp/pairserve-wrong-token.yaml")
+    output = result.stdout + result.stderr
+    assert result.rc not in (0, 124), f"the worker did not stop on a wrong token (rc {result.rc}): {output[-2000:]}"
+    assert re.search(r"token|401|unauthori[sz]ed|invalid", output, re.I), output[-2000:]
