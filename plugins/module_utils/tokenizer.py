@@ -130,13 +130,13 @@ def apply_edits(text: str, edits: list) -> str:
 def excerpt(text: str, start: int, end: int, context: int = 3) -> tuple:
     """The lines holding text[start:end] plus `context` lines around them, and the 1-based first line number."""
     lo = start
-    for _ in range(context + 1):
+    for _step in range(context + 1):
         lo = text.rfind("\n", 0, lo)
         if lo < 0:
             break
     lo = 0 if lo < 0 else lo + 1
     hi = end
-    for _ in range(context + 1):
+    for _step in range(context + 1):
         nxt = text.find("\n", hi)
         if nxt < 0:
             hi = len(text)

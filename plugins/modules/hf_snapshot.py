@@ -22,7 +22,7 @@ description:
   - Optionally writes C(refs/<ref_name>) so that C(hf cache prune) keeps the pinned snapshot, and exports the
     snapshot as a self-contained directory of hardlinks that a container can mount on its own.
 author:
-  - pairserve maintainers
+  - pairserve.llm maintainers (@pairserve)
 requirements:
   - huggingface_hub >= 2.4 on the managed node (the role runs this module with the node venv's Python).
 extends_documentation_fragment:

@@ -23,7 +23,7 @@ description:
     replaces the directory entry. The blob stays pristine and is the backup.
   - Idempotent, and re-applied when a new download brought the original link back.
 author:
-  - pairserve maintainers
+  - pairserve.llm maintainers (@pairserve)
 extends_documentation_fragment:
   - pairserve.llm.attributes
 attributes:
@@ -210,8 +210,8 @@ def main():
                              "snapshot_path)." % directory)
     names = list(dict.fromkeys(module.params["files"]))
     if all(tok.entry_kind(os.path.join(directory, n)) == "absent" for n in names):
-        module.fail_json(msg="path %s has none of %s: is it the model snapshot directory?" % (directory,
-                                                                                            ", ".join(names)))
+        module.fail_json(msg="path %s has none of %s: is it the model snapshot directory?"
+                             % (directory, ", ".join(names)))
     backup_dir = module.params["backup_dir"] or tok.default_backup_dir(directory)
     record = tok.read_record(backup_dir)
     files, diffs, changed = {}, [], False
