@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${SANITY_DIR:-/tmp/pairserve-sanity}/ansible_collections/pairserve/llm
 rm -rf "$dest" && mkdir -p "$dest"
-git ls-files -z --cached --others --exclude-standard | rsync -a --from0 --files-from=- ./ "$dest/"
+git ls-files -z --cached --others --exclude-standard | rsync -a --ignore-missing-args --from0 --files-from=- ./ "$dest/"
 cd "$dest"
 git init -q && git add -A && git -c user.name=sanity -c user.email=sanity@localhost commit -qm sanity
 "$OLDPWD/.venv/bin/ansible-test" sanity --venv --python 3.11 --color no "$@"
