@@ -96,7 +96,7 @@ class BenchError(Exception):
 
 def single_stream(client, model, decode_tokens, requests, ignore_eos=True):
     runs = [_need(stream_chat(client, _payload(model, SHORT_PROMPT, decode_tokens, ignore_eos)), "single stream")
-            for _ in range(requests)]
+            for dummy in range(requests)]
     decode = [r["decode_tok_s"] for r in runs if r["decode_tok_s"]]
     return {"decode_tok_s": round(statistics.median(decode), 2) if decode else None,
             "ttft_s": round(statistics.median(r["ttft_s"] for r in runs), 4),
@@ -110,12 +110,12 @@ def concurrent(client, model, concurrency, decode_tokens, rounds, ignore_eos=Tru
     lock = threading.Lock()
 
     def worker():
-        for _ in range(rounds):
+        for dummy in range(rounds):
             res = stream_chat(client, _payload(model, SHORT_PROMPT, decode_tokens, ignore_eos))
             with lock:
                 results.append(res)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker, daemon=True) for dummy in range(concurrency)]
     start = time.monotonic()
     for thread in threads:
         thread.start()
@@ -145,7 +145,7 @@ def _salted_long_prompt(client, model, tokens):
     """A long prompt no earlier request shares a prefix with: a fresh salt goes first, so prefix caching
     cannot shorten the 'cold' measurement."""
     salt = "Session %s. " % uuid.uuid4().hex
-    messages, count = probe.build_prompt(client, model, tokens, prefix=salt + "Summarise this log. ")
+    messages, count, dummy = probe.build_prompt(client, model, tokens, prefix=salt + "Summarise this log. ")
     return messages[0]["content"], count
 
 

@@ -143,7 +143,7 @@ class Client:
 
     def count_tokens(self, model, messages):
         """Token count of a chat prompt: /tokenize when reachable, else one max_tokens=1 request."""
-        count, _ = self.tokenize_count(model, messages)
+        count = self.tokenize_count(model, messages)[0]
         if count is not None:
             return count
         resp = self.chat({"model": model, "messages": messages, "max_tokens": 1, "temperature": 0})
@@ -247,7 +247,7 @@ def image_message(count, size, text="Describe what these camera frames show, in 
     """A user message with ``count`` fresh PNGs as data URLs, like the ten-frame camera request."""
     parts = [{"type": "text", "text": text}]
     digests = []
-    for _ in range(count):
+    for dummy in range(count):
         png = random_png(size, size)
         digests.append(hashlib.sha256(png).hexdigest())
         parts.append({"type": "image_url",
@@ -264,40 +264,58 @@ def build_prompt(client, model, target, prefix="Reply with OK. ", unit=FILLER):
     """Messages whose chat prompt is at most ``target`` tokens and as close to it as the filler allows.
 
     Counts with the server's own tokenizer (/tokenize, or usage.prompt_tokens) instead of guessing
-    characters per token; three to five counting calls whatever the target.
+    characters per token; a handful of counting calls whatever the target. Returns (messages, count,
+    tokens per filler unit).
     """
     def msgs(reps, extra=""):
         return [{"role": "user", "content": prefix + unit * reps + extra}]
 
-    base = client.count_tokens(model, msgs(0))
-    per = max(1, client.count_tokens(model, msgs(8)) - base) / 8.0
+    def count(messages):
+        """Token count, or None when the server refuses the prompt as longer than its context (counting
+        through usage.prompt_tokens sends the prompt itself)."""
+        try:
+            return client.count_tokens(model, messages)
+        except ProbeError as exc:
+            if classify(exc.response)[0] == "context_limit":
+                return None
+            raise
+
+    base = count(msgs(0))
+    if base is None:
+        raise ProbeError(Response(client.base_url, 400, None, "even the shortest prompt is too long"), "counting")
+    per = max(1, (count(msgs(8)) or base + 8) - base) / 8.0
     reps = max(0, int((target - base) / per))
-    count = client.count_tokens(model, msgs(reps))
-    for _ in range(3):  # BPE merges at boundaries make the per-unit cost a little uneven: correct twice
-        if count > target:
-            reps = max(0, reps - int((count - target) / per) - 1)
-        elif target - count > per:
-            reps += int((target - count) / per)
+    current = count(msgs(reps))
+    for dummy in range(8):  # BPE merges at boundaries make the per-unit cost a little uneven: correct
+        if current is None:  # over the server's context: step back 10 %
+            reps = int(reps * 0.9)
+        elif current > target:
+            reps = max(0, reps - int((current - target) / per) - 1)
+        elif target - current > per:
+            reps += int((target - current) / per)
         else:
             break
-        count = client.count_tokens(model, msgs(reps))
-    words = "ok " * 64
+        current = count(msgs(reps))
+    if current is None:
+        raise ProbeError(Response(client.base_url, 400, None, "could not build a prompt under the context"),
+                         "building a %d-token prompt" % target)
+    if current >= target:
+        return msgs(reps), current, per
     # top up with short words to land within a few tokens of the target
-    if count < target:
-        lo, hi = 0, len(words)
-        best = ("", count)
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            trial = client.count_tokens(model, msgs(reps, " " + words[:mid]))
-            if trial <= target:
-                best = (" " + words[:mid], trial)
-                lo = mid + 1
-            else:
-                hi = mid - 1
-            if best[1] == target:
-                break
-        return msgs(reps, best[0]), best[1]
-    return msgs(reps), count
+    words = "ok " * int(per + 2)
+    lo, hi = 0, len(words)
+    best = ("", current)
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        trial = count(msgs(reps, " " + words[:mid]))
+        if trial is not None and trial <= target:
+            best = (" " + words[:mid], trial)
+            lo = mid + 1
+        else:
+            hi = mid - 1
+        if best[1] == target:
+            break
+    return msgs(reps, best[0]), best[1], per
 
 
 # --- checks -----------------------------------------------------------------------------------------
@@ -440,40 +458,50 @@ def classify_image_failure(resp, text_ok):
 def check_context(client, model, max_model_len, max_tokens=8):
     """A prompt near the context limit → 200; one past it → vLLM's 400 about the maximum context length."""
     results = []
+    served = client.tokenize_count(model, [{"role": "user", "content": "x"}])[1]
+    near_target = max_model_len - max_tokens - 1
+    detail = {"max_model_len": max_model_len, "server_max_model_len": served}
+
+    def too_short(resp, count):
+        return ("a %s-token prompt, inside the profile's max_model_len %d, was refused: the replica serves a shorter "
+                "context%s. Its --max-model-len is not the profile's: re-render and roll the replica, or lower the "
+                "profile's max_model_len to what the KV cache holds. (vLLM said: %s)" % (
+                    count if count is not None else "~%d" % near_target, max_model_len,
+                    " (%s tokens)" % served if served else "", resp.error_message()[:300]))
+
     try:
-        served = client.tokenize_count(model, [{"role": "user", "content": "x"}])[1]
-        near_target = max_model_len - max_tokens - 1
-        near_msgs, near_count = build_prompt(client, model, near_target)
-        past_msgs, past_count = build_prompt(client, model, max_model_len + 64)
+        near_msgs, near_count, per = build_prompt(client, model, near_target)
     except ProbeError as exc:
-        return [_failed_response("context_near_limit", exc.response, model)]
+        failed = _failed_response("context_near_limit", exc.response, model)
+        failed.update(detail)
+        if failed["class"] == "context_limit":  # even counting the prompt was refused as too long
+            failed["message"] = too_short(exc.response, None)
+        return [failed]
     resp = client.chat({"model": model, "messages": near_msgs, "max_tokens": max_tokens, "temperature": 0})
-    detail = {"prompt_tokens": near_count, "max_model_len": max_model_len, "server_max_model_len": served}
     if resp.ok:
         results.append(_result("context_near_limit", True, resp,
                                "%d-token prompt + %d completion tokens within %d answered"
-                               % (near_count, max_tokens, max_model_len), **detail))
+                               % (near_count, max_tokens, max_model_len), prompt_tokens=near_count, **detail))
     else:
         failed = _failed_response("context_near_limit", resp, model)
-        failed.update(detail)
+        failed.update(detail, prompt_tokens=near_count)
         if failed["class"] == "context_limit":
-            failed["message"] = ("a %d-token prompt, inside the profile's max_model_len %d, was refused: the replica "
-                                 "serves a shorter context%s. Its --max-model-len is not the profile's: re-render "
-                                 "and roll the replica, or lower pairserve profile max_model_len to what the KV "
-                                 "cache holds. (vLLM said: %s)" % (
-                                     near_count, max_model_len,
-                                     " (%s tokens)" % served if served else "", resp.error_message()[:300]))
+            failed["message"] = too_short(resp, near_count)
         results.append(failed)
+    # Past the limit: the near prompt plus filler worth ~128 tokens. Counting it may itself be refused by a
+    # server that validates /tokenize against max_model_len, so vLLM's 400 is the judge here.
+    extra = int(128 / per) + 1
+    past_msgs = [{"role": "user", "content": near_msgs[0]["content"] + FILLER * extra}]
     resp = client.chat({"model": model, "messages": past_msgs, "max_tokens": max_tokens, "temperature": 0})
-    detail = {"prompt_tokens": past_count, "max_model_len": max_model_len}
+    detail = {"prompt_tokens_at_least": near_count + int(extra * per) - 1, "max_model_len": max_model_len}
     if resp.status == 400 and classify(resp)[0] == "context_limit":
-        results.append(_result("context_past_limit", True, resp, "vLLM refused the %d-token prompt with its 400"
-                               % past_count, response_message=resp.error_message()[:300], **detail))
+        results.append(_result("context_past_limit", True, resp, "vLLM refused the over-long prompt with its 400",
+                               response_message=resp.error_message()[:300], **detail))
     elif resp.ok:
         results.append(_result("context_past_limit", False, resp,
-                               "a %d-token prompt past max_model_len %d was answered: the replica serves a longer "
-                               "context than the profile says (check --max-model-len)" % (past_count, max_model_len),
-                               "config", **detail))
+                               "a prompt past max_model_len %d (%s tokens) was answered: the replica serves a longer "
+                               "context than the profile says (check --max-model-len)"
+                               % (max_model_len, resp.body.get("usage", {}).get("prompt_tokens")), "config", **detail))
     else:
         failed = _failed_response("context_past_limit", resp, model)
         failed.update(detail)
@@ -505,7 +533,13 @@ def run_checks(client, model, checks, spec):
     results = []
     text_ok = None
     if "text" in checks:
-        results.append(check_text(client, model, spec["text"]))
+        text = dict(spec["text"])
+        served = client.tokenize_count(model, [{"role": "user", "content": "x"}])[1]
+        if served and text["max_tokens"] > served - 256:
+            # The text check is about reasoning and answer, not the context: keep its budget inside what the
+            # replica serves (vLLM before 0.32 rejects prompt + max_tokens > max_model_len with a 400).
+            text["max_tokens"] = max(16, served - 256)
+        results.append(check_text(client, model, text))
         text_ok = results[-1]["ok"]
     if "tool_call" in checks:
         results.append(check_tool_call(client, model, spec["tool_call"]))

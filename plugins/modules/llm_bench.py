@@ -22,7 +22,7 @@ description:
     measured or written; each target gets one short request, so a check run proves the targets answer.
 version_added: 0.1.0
 author:
-  - pairserve.llm contributors
+  - pairserve.llm maintainers (@pairserve)
 extends_documentation_fragment:
   - pairserve.llm.attributes
 attributes:
@@ -33,7 +33,7 @@ attributes:
   diff_mode:
     support: full
     details:
-      - The diff shows the report that was written (before is empty: each run has its own directory).
+      - The diff shows the report that was written; before is empty, as each run has its own directory.
 options:
   targets:
     description: Endpoints to measure.
@@ -225,17 +225,17 @@ def main():
                 model=dict(type="str", required=True),
                 api_key=dict(type="str", no_log=True),
                 kind=dict(type="str", choices=["replica", "route"], default="replica"),
-                tokenize_url=dict(type="str"),
+                tokenize_url=dict(type="str", no_log=False),
             )),
             label=dict(type="str", default="bench"),
             arm=dict(type="str", default="baseline"),
-            decode_tokens=dict(type="int", default=256),
+            decode_tokens=dict(type="int", default=256, no_log=False),
             ignore_eos=dict(type="bool", default=True),
             single_stream_requests=dict(type="int", default=3),
             concurrency=dict(type="int", default=8),
             rounds=dict(type="int", default=2),
             sweep=dict(type="list", elements="int", default=[1, 2, 4, 8, 16]),
-            prefill_tokens=dict(type="int", default=16384),
+            prefill_tokens=dict(type="int", default=16384, no_log=False),
             prefix_cache=dict(type="bool", default=True),
             timeout=dict(type="float", default=900),
             validate_certs=dict(type="bool", default=True),

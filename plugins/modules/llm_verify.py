@@ -34,7 +34,7 @@ description:
     and O(instances) - each instance's state and the tail of its log from the GPUStack API.
 version_added: 0.1.0
 author:
-  - pairserve.llm contributors
+  - pairserve.llm maintainers (@pairserve)
 extends_documentation_fragment:
   - pairserve.llm.attributes
   - pairserve.llm.attributes.INFO_MODULE
@@ -74,7 +74,10 @@ options:
         type: list
         elements: dict
       max_tokens:
-        description: Completion budget; must leave room for the reasoning (the seed sends reasoning_effort medium).
+        description:
+          - Completion budget; must leave room for the reasoning (the seed sends reasoning_effort medium).
+          - Lowered to O(max_model_len) - 256 when the context is smaller, because vLLM before 0.32 rejects a request
+            whose prompt plus C(max_tokens) exceeds the context.
         type: int
         default: 4096
       reasoning_effort:
@@ -309,7 +312,7 @@ def main():
             max_model_len=dict(type="int"),
             text=dict(type="dict", default={}, options=dict(
                 messages=dict(type="list", elements="dict"),
-                max_tokens=dict(type="int", default=4096),
+                max_tokens=dict(type="int", default=4096, no_log=False),
                 reasoning_effort=dict(type="str", default="medium"),
                 expect_content=dict(type="str"),
                 expect_reasoning=dict(type="str"),
@@ -317,7 +320,7 @@ def main():
             tool_call=dict(type="dict", default={}, options=dict(
                 messages=dict(type="list", elements="dict"),
                 tools=dict(type="list", elements="dict"),
-                max_tokens=dict(type="int", default=1024),
+                max_tokens=dict(type="int", default=1024, no_log=False),
                 expect_name=dict(type="str"),
                 expect_arguments=dict(type="dict"),
             )),
@@ -327,7 +330,7 @@ def main():
             )),
             image_count=dict(type="int", default=10),
             image_size=dict(type="int", default=64),
-            tokenize_url=dict(type="str"),
+            tokenize_url=dict(type="str", no_log=False),
             timeout=dict(type="float", default=600),
             validate_certs=dict(type="bool", default=True),
             boot_log=dict(type="str"),
@@ -362,6 +365,10 @@ def main():
 
     text = dict(params["text"])
     text["messages"] = text["messages"] or DEFAULT_TEXT_PROMPT
+    if params["max_model_len"] and text["max_tokens"] > params["max_model_len"] - 256:
+        # vLLM before 0.32 rejects prompt + max_tokens > max_model_len with a 400 instead of clamping: keep the
+        # budget inside a small context (the short verification prompt needs far less than 256 tokens).
+        text["max_tokens"] = max(16, params["max_model_len"] - 256)
     tool = dict(params["tool_call"])
     tool["messages"] = tool["messages"] or DEFAULT_TOOL_PROMPT
     tool["tools"] = tool["tools"] or [probe.WEATHER_TOOL]
