@@ -16,6 +16,12 @@ Interface (everything else in this file is detail):
         fast = vllm_servers(name="fast")
         slow = vllm_servers(name="slow", max_num_seqs=1, threads_bind="0")
 
+        broken = vllm_servers(name="short", profile={"name": "short", "base": "lab", "max_model_len": 1024})
+        # keyword arguments: name, model_dir (default tiny_model()), profile (a vllm_args profile, base lab),
+        # max_num_seqs, threads_bind (VLLM_CPU_OMP_THREADS_BIND, default all CPUs), version (default 0.27.1)
+
+    make_server(log_dir, **same keywords)      # a configured, not started VllmServer (.start() / .stop())
+    free_port()                                # an ephemeral port on 127.0.0.1
     verification_checks()                      # the tiny model's verification.json (prompts + expected answers)
     tiny_model(random=False)                   # builds/returns .cache/tiny-model/qwen3-tiny[-random]
 
@@ -25,7 +31,9 @@ pairserve.llm.vllm_args renders for the `lab` profile (plus --model/--served-mod
 Readiness means a real chat completion answered 200 (/health proves nothing: the seed's lesson).
 Stop is by the process group this module created: SIGTERM, wait, SIGTERM again (a vLLM still starting
 may ignore the first), then SIGKILL.
-Cost: ~35-45 s boot and ~2 GiB RSS per server on 2 cores.
+Cost per server on 2 cores: ~35-55 s boot (up to 3 min when the machine is busy), ~1.35 GiB RSS.
+The lab profile's argv is followed by `--distributed-executor-backend uni` (and VLLM_ENABLE_V1_MULTIPROCESSING=0):
+one process instead of three, each of which would import torch + vLLM again.
 """
 
 from __future__ import annotations
@@ -205,11 +213,16 @@ def make_server(log_dir: Path, *, name: str = "lab", model_dir: Path | None = No
     port = free_port()
     argv = [str(vllm_python(version)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port)] + rendered.argv
+    # Test-ground boot speed, not part of the lab profile: with one CPU worker there is nothing to distribute,
+    # so the worker runs in the engine process; each spawned vLLM process re-imports torch + vLLM (measured on
+    # 2 loaded cores: boot 89 s -> 53 s, RSS 1958 -> 1347 MiB).
+    argv += ["--distributed-executor-backend", "uni"]
     cpus = os.cpu_count() or 1
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "HF_", "CUDA_"))}
     env.update(
         # -tp 2 on CPU would need '0|1'; the lab profile is TP 1, bound to the CPUs given here.
         VLLM_CPU_OMP_THREADS_BIND=threads_bind or ("0-%d" % (cpus - 1) if cpus > 1 else "0"),
+        VLLM_ENABLE_V1_MULTIPROCESSING="0",  # same reason: one process fewer to spawn
         VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
         HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",  # nothing to fetch: the model is local
         HF_HOME=str(log_dir / "hf-home"),

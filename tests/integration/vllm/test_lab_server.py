@@ -110,7 +110,7 @@ def test_long_prompt_past_the_tokenizer_truncation_is_not_cut(lab_vllm, checks):
 
 
 def test_random_twin_fails_the_same_checks(vllm_servers, lab_vllm, checks):
-    twin = vllm_servers(name="random-twin", model_dir=tiny_model(random=True), threads_bind="0")
+    twin = vllm_servers(name="random-twin", model_dir=tiny_model(random=True))
     assert verification_checks(twin.model_dir)["trained"] is False
     for check_id in ("reasoning", "tool_paris", "no_thinking"):
         check = _check(checks, check_id)
