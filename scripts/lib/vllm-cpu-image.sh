@@ -1,0 +1,32 @@
+# shellcheck shell=bash
+# Sourced after podman-env.sh: builds the lab's replica image, the CPU build of vLLM on the node image.
+# No registry is reachable, so the venv scripts/build_vllm_cpu.sh made is copied in (a build-time volume,
+# no 3 GB build context) and re-pointed at the image's own Python 3.11 (the venv was made with the host's).
+pairserve_vllm_cpu_image() {
+  local version=$1
+  echo "localhost/pairserve-vllm-cpu:$version"
+}
+
+pairserve_build_vllm_cpu_image() {
+  local version=$1 image venv ctx
+  image=$(pairserve_vllm_cpu_image "$version")
+  if podman image exists "$image"; then
+    return 0
+  fi
+  venv=$pairserve_root/.cache/vllm-cpu/$version/venv
+  [ -x "$venv/bin/python" ] || { echo "no vLLM CPU venv at $venv: run scripts/build_vllm_cpu.sh $version" >&2; return 1; }
+  ctx=$(mktemp -d)
+  cat >"$ctx/Containerfile" <<CONTAINERFILE
+FROM $PAIRSERVE_NODE_IMAGE
+LABEL org.pairserve.lab=true org.pairserve.vllm-version=$version
+RUN cp -a /src /opt/vllm \\
+ && ln -sfn /usr/bin/python3.11 /opt/vllm/bin/python3.11 \\
+ && sed -i -e 's#^home = .*#home = /usr/bin#' -e '/^executable/d' -e '/^command/d' /opt/vllm/pyvenv.cfg \\
+ && /opt/vllm/bin/python -c 'import vllm, sys; print("vllm", vllm.__version__, "on", sys.version.split()[0])'
+ENV PATH=/opt/vllm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+CMD ["python", "-m", "vllm.entrypoints.openai.api_server", "--help"]
+CONTAINERFILE
+  echo "building $image from $venv (copies about $(du -sh "$venv" | cut -f1))"
+  podman build --quiet --network none --volume "$venv:/src:ro" -t "$image" "$ctx" >/dev/null
+  rm -rf "$ctx"
+}
