@@ -101,6 +101,7 @@ options:
     description:
       - When the spec of an existing model changed, delete its instances so that GPUStack recreates them with the
         new spec. One instance at a time; before the next one is deleted, its replacement must be V(running).
+      - A change of O(replicas) or O(description) alone rolls nothing; GPUStack scales the instances itself.
     type: bool
     default: true
   rollout_timeout:
@@ -184,6 +185,8 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
 
 # Why each default is there: see the module description (and docs/gpustack-api.md).
 BASE_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+# Fields GPUStack applies without new instances: a replica count change is a scale, not a rollout.
+NO_ROLLOUT_FIELDS = frozenset(("replicas", "description"))
 
 
 def parse_gpu_id(gpu_id):
@@ -342,7 +345,7 @@ def main():
         body = {k: v for k, v in body.items() if v is not None}
     if module.check_mode:
         result["model"] = dict(existing or {}, **body)
-        if existing and p["rollout"]:
+        if existing and p["rollout"] and set(changed) - NO_ROLLOUT_FIELDS:
             try:
                 result["rolled_out"] = [i.get("name") for i in _instances(client, existing["id"])]
             except GpuStackError as err:
@@ -357,7 +360,7 @@ def main():
     except GpuStackError as err:
         fail(module, err, "cannot %s GPUStack model %r" % ("update" if existing else "create", name))
     result["model"] = model
-    if existing and p["rollout"]:
+    if existing and p["rollout"] and set(changed) - NO_ROLLOUT_FIELDS:
         try:
             result["rolled_out"] = rollout(module, client, existing["id"], p["rollout_timeout"])
         except GpuStackError as err:

@@ -258,10 +258,12 @@ class GpuStackServer:
     def start(self) -> None:
         total = time.monotonic()
         venv = ensure_venv(self.version)
+        self.timings["venv_s"] = round(time.monotonic() - total, 1)
         gpustack = str(venv / "bin" / "gpustack")
+        started = time.monotonic()
         self._postgres = Postgres(self.root / "pg")
         self._postgres.start()
-        self.timings["postgres_s"] = round(time.monotonic() - total, 1)
+        self.timings["postgres_s"] = round(time.monotonic() - started, 1)
 
         api_port = free_port()
         self.api_url = f"http://127.0.0.1:{api_port}"

@@ -110,6 +110,13 @@ def test_spec_change_is_a_per_field_diff_and_rolls_the_instance(gpustack_server,
     no_roll = run_module("gpustack_model", dict(args, rollout=False))
     assert no_roll.changed and no_roll["rolled_out"] == []
     assert {i["id"] for i in instances(gpustack_server, "rep-roll")} == {i["id"] for i in fresh}
+
+    # A replica count change is a scale GPUStack does itself: nothing is rolled, the running instance stays.
+    scale = run_module("gpustack_model", dict(args, rollout=True, replicas=2, gpus_per_replica=2), diff=True)
+    assert scale.changed and scale["changed_fields"] == ["replicas"] and scale["rolled_out"] == []
+    now = wait_for(lambda: len(instances(gpustack_server, "rep-roll")) == 2 and instances(gpustack_server, "rep-roll"),
+                   what="GPUStack to add the second replica")
+    assert {i["id"] for i in fresh} <= {i["id"] for i in now}
     run_module("gpustack_model", {**gpustack_server.key_args, "name": "rep-roll", "state": "absent"})
 
 
