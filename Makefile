@@ -5,10 +5,13 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: deps lint sanity unit integration molecule release-check docs test lab lab-down bench
+.PHONY: deps caches lint sanity unit integration molecule release-check docs test lab lab-down bench
 
 deps: ## apt packages, the pinned venv, dependency collections, the in-place collection link
 	bash scripts/bootstrap.sh
+
+caches: deps ## build once what the tiers share: wheelhouse, CPU vLLM venvs, tiny model, node image
+	bash scripts/build_caches.sh
 
 lint: deps ## ansible-lint, production profile
 	ansible-lint --profile production
@@ -19,10 +22,10 @@ sanity: deps ## ansible-test sanity on a copy laid out as ansible_collections/pa
 unit: deps ## fast tests: modules through Ansible over recorded NVML, rendering, parsing
 	bash scripts/pytest.sh tests/unit
 
-integration: deps ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU)
+integration: caches ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU)
 	bash scripts/pytest.sh tests/integration
 
-molecule: deps ## every molecule scenario in podman containers
+molecule: caches ## every molecule scenario in podman containers
 	bash scripts/molecule.sh
 
 release-check: deps ## build + install the tarball, ansible-doc, a play from the installed copy, EE, changelog, docs freshness
