@@ -65,7 +65,7 @@ def secrets(node_a):
         "management key": node_a.file("/etc/pairserve/secrets/management-api-key").content_string.strip(),
         "inference key": node_a.file("/etc/pairserve/secrets/inference-api-key").content_string.strip(),
     }
-    token = re.search(r'^token: "([^"]+)"', node_a.file("/etc/gpustack/worker.yaml").content_string, re.M)
+    token = re.search(r'^token: "([^"]+)"', node_a.file("/etc/gpustack-worker/worker.yaml").content_string, re.M)
     assert token, "no token in node-a's worker.yaml"
     values["registration token"] = token.group(1)
     for name, value in values.items():
@@ -131,8 +131,8 @@ def test_api_keys_are_scoped(node_a, secrets):
         (NODE_A, "/etc/pairserve/secrets/management-api-key", 0o600, "root", "root"),
         (NODE_A, "/etc/pairserve/secrets/inference-api-key", 0o600, "root", "root"),
         (NODE_A, "/etc/gpustack/server.yaml", 0o640, "root", "gpustack"),
-        (NODE_A, "/etc/gpustack/worker.yaml", 0o600, "root", "root"),
-        (NODE_B, "/etc/gpustack/worker.yaml", 0o600, "root", "root"),
+        (NODE_A, "/etc/gpustack-worker/worker.yaml", 0o600, "root", "root"),
+        (NODE_B, "/etc/gpustack-worker/worker.yaml", 0o600, "root", "root"),
     ],
 )
 def test_secret_files_are_private(node, path, mode, owner, group):
@@ -195,7 +195,7 @@ def test_unreachable_server_names_the_cause():
 
 def test_wrong_registration_token_names_the_cause(node_b):
     """A worker started with a wrong token stops with the server's rejection in its output."""
-    cfg = node_b.file("/etc/gpustack/worker.yaml").content_string
+    cfg = node_b.file("/etc/gpustack-worker/worker.yaml").content_string
     bad = re.sub(r'^token: .*$', 'token: "gpustack_00000000_00000000000000000000000000000000"', cfg, flags=re.M)
     bad = re.sub(r'^worker_port: .*$', "worker_port: 10250", bad, flags=re.M)
     bad = re.sub(r'^worker_metrics_port: .*$', "worker_metrics_port: 10251", bad, flags=re.M)
