@@ -40,7 +40,7 @@ def stream_chat(client, payload, timeout=None):
     usage = None
     chunks = 0
     try:
-        for raw in handle:  # SSE: "data: {json}\n\n", ending with "data: [DONE]"
+        for raw in _sse_lines(handle):  # SSE: "data: {json}\n\n", ending with "data: [DONE]"
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data:"):
                 continue
@@ -72,6 +72,23 @@ def stream_chat(client, payload, timeout=None):
     return {"ok": True, "status": 200, "ttft_s": first - start, "total_s": end - start,
             "completion_tokens": completion, "prompt_tokens": int((usage or {}).get("prompt_tokens") or 0),
             "decode_tok_s": decode}
+
+
+def _sse_lines(handle):
+    """Lines as soon as they arrive. read1() returns what the socket has (one HTTP chunk); iterating the
+    response instead buffered the whole stream here and timed 64 tokens as one burst."""
+    reader = getattr(handle, "read1", None) or handle.read
+    pending = b""
+    while True:
+        data = reader(65536)
+        if not data:
+            break
+        pending += data
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            yield line
+    if pending:
+        yield pending
 
 
 def _payload(model, content, max_tokens, ignore_eos):
