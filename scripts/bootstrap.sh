@@ -72,4 +72,5 @@ if args:
     subprocess.check_call([sys.executable, "-m", "pip", "install", *args])
 PY
 fi
-echo "bootstrap: ready ($(.venv/bin/ansible --version | head -1))"
+version=$(.venv/bin/ansible --version)
+echo "bootstrap: ready (${version%%$'\n'*})"
