@@ -39,5 +39,8 @@ test: deps lint sanity unit integration molecule release-check ## the whole test
 lab: deps ## the main job on its embedded default: the local lab
 	bash scripts/lab.sh up
 
+bench: caches ## the instrument: the bench play's measurement against `vllm bench serve` on one CPU vLLM
+	.venv/bin/python benchmarks/bench_vs_vllm_bench.py
+
 lab-down: deps ## tear the lab down
 	bash scripts/lab.sh down
