@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """hf_snapshot throughput against a plain parallel HTTP fetch of the same files from the same local hub.
 
 Prints figures; it is not a timed test. Run from the repository root:
@@ -45,7 +45,7 @@ def make_files(count: int, size: int) -> list[Path]:
         path = WORK / f"shard-{i}-{size // MIB}M.bin"
         if not path.exists() or path.stat().st_size != size:
             with path.open("wb") as handle:
-                for _ in range(size // (8 * MIB)):
+                for _chunk in range(size // (8 * MIB)):
                     handle.write(os.urandom(8 * MIB))
                 handle.write(os.urandom(size % (8 * MIB)))
         paths.append(path)
@@ -76,9 +76,8 @@ def main() -> int:
     print(f"generating/reusing {opts.files} x {opts.size_mib} MiB random files in {WORK}", flush=True)
     sources = make_files(opts.files, size)
     t0 = time.monotonic()
-    files = {f"model-{i + 1:05d}-of-{opts.files:05d}.safetensors": HubFile(f"model-{i + 1:05d}-of-{opts.files:05d}"
-                                                                          ".safetensors", p, lfs=True)
-             for i, p in enumerate(sources)}
+    names = [f"model-{i + 1:05d}-of-{opts.files:05d}.safetensors" for i in range(len(sources))]
+    files = {name: HubFile(name, p, lfs=True) for name, p in zip(names, sources)}
     print(f"hashed the sources in {time.monotonic() - t0:.1f} s", flush=True)
     sha = "b" * 40
     repo = Repo("bench/big", {sha: Commit(sha, files)})
@@ -128,7 +127,10 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
     best_plain, best_module = min(plain), min(module_s)
-    rate = lambda s: total / s / MIB  # noqa: E731
+
+    def rate(seconds):
+        return total / seconds / MIB
+
     print()
     print(f"payload                    {opts.files} x {opts.size_mib} MiB = {total / MIB:.0f} MiB")
     print(f"plain parallel HTTP fetch  best {best_plain:.2f} s  ({rate(best_plain):.0f} MiB/s)  runs {plain}")

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Generate docs/reference/ from the collection's own metadata, or check that it is up to date.
 
 - docs/reference/variables.md: every role variable from roles/*/meta/argument_specs.yml (type, default,
@@ -95,8 +95,8 @@ def _options_table(options, indent=""):
 def _returns_table(returns, indent=""):
     rows = []
     for name, ret in sorted((returns or {}).items()):
-        rows.append("| `%s%s` | %s | %s | %s |\n" % (indent, name, ret.get("type", ""), _text(ret.get("returned")),
-                                                      _text(ret.get("description"))))
+        cells = (indent, name, ret.get("type", ""), _text(ret.get("returned")), _text(ret.get("description")))
+        rows.append("| `%s%s` | %s | %s | %s |\n" % cells)
         if ret.get("contains"):
             rows.extend(_returns_table(ret["contains"], indent + name + "."))
     return rows

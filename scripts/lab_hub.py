@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The lab's local Hugging Face Hub: serves a model directory as one pinned repo on 127.0.0.1.
 
     scripts/lab_hub.py --repo pairserve/tiny-qwen3 --model-dir .cache/tiny-model/qwen3-tiny --state .lab/hub.json

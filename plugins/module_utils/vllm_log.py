@@ -21,15 +21,17 @@ _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _KV_MEMORY = re.compile(r"Available KV cache memory: (-?[\d.]+) (GiB|MiB|KiB|B)\b")
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
-# "Capturing CUDA graphs (decode, FULL): 100%|..." and "(mixed prefill-decode, PIECEWISE)".
-_CUDA_GRAPHS = re.compile(r"Capturing CUDA graphs \(([^,()]+), ([A-Z_]+)\)")
+# "Capturing CUDA graphs (decode, FULL): 100%|..." and "(mixed prefill-decode, PIECEWISE)"; vLLM 0.25.1 on
+# the H200 pair printed the mode alone: "Capturing CUDA graphs (PIECEWISE)" (tests/fixtures/vllm-logs/h200-*).
+_CUDA_GRAPHS = re.compile(r"Capturing CUDA graphs \((?:([^,()]+), )?([A-Z_]+)\)")
 _NO_KV_MEMORY = re.compile(r"No available memory for the cache blocks")
 # 0.25 spells it "models's max seq len", later versions "model's": match on what follows.
 _SEQ_TOO_LONG = re.compile(
     r"max seq len \((\d+)\), \(([\d.]+) GiB KV cache is needed, which is larger than the available KV cache "
     r"memory \(([\d.]+) GiB\)")
 _ESTIMATED_LEN = re.compile(r"the estimated maximum model length is (\d+)")
-_VERSION = re.compile(r"vLLM API server version ([\w.+-]+)")
+# "vLLM API server version X" (CPU builds) or "Initializing a V1 LLM engine (vX) with config" (0.25.1 on GPUs).
+_VERSION = re.compile(r"vLLM API server version ([\w.+-]+)|Initializing a V1 LLM engine \(v([\w.+-]+)\)")
 
 _UNIT = {"GiB": 1.0, "MiB": 1.0 / 1024, "KiB": 1.0 / 1024 / 1024, "B": 1.0 / 1024 ** 3}
 
@@ -91,7 +93,7 @@ def parse_boot_log(lines):
         if "Capturing CUDA graphs" in line:
             match = _CUDA_GRAPHS.search(line)
             if match:
-                entry = {"phase": match.group(1).strip(), "mode": match.group(2)}
+                entry = {"phase": (match.group(1) or "all").strip(), "mode": match.group(2)}
                 if entry not in graph_modes:
                     graph_modes.append(entry)
         if _NO_KV_MEMORY.search(line):
@@ -110,7 +112,7 @@ def parse_boot_log(lines):
             facts["estimated_max_model_len"] = int(match.group(1))
         match = _VERSION.search(line)
         if match:
-            facts["version"] = match.group(1)
+            facts["version"] = match.group(1) or match.group(2)
     facts["cuda_graphs"] = graph_modes
     return facts
 

@@ -18,7 +18,7 @@ description:
   - Makes sure the image is present in the node's container runtime, pinned by digest when O(digest) is given,
     pulling it when missing. Nothing is pulled in check mode.
 author:
-  - pairserve.llm maintainers
+  - pairserve.llm maintainers (@pairserve)
 options:
   vllm_version:
     description: The pinned vLLM version (C(backend_version) of the replicas).

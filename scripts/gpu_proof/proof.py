@@ -208,8 +208,8 @@ def cmd_summary(args):
                         ", ".join("%s %s" % (g["phase"], g["mode"]) for g in boot.get("cuda_graphs", []))))
     verify = _load(out / "verify.json") or {}
     for check in verify.get("checks", []):
-        lines.append("- verify %s: %s (HTTP %s) %s" % (check.get("check"), "ok" if check.get("ok") else "FAILED",
-                                                        check.get("status"), check.get("message")))
+        verdict = "ok" if check.get("ok") else "FAILED"
+        lines.append("- verify %s: %s (HTTP %s) %s" % (check.get("check"), verdict, check.get("status"), check.get("message")))
     bench = _load(out / "bench.json") or {}
     for target in bench.get("results", []):
         m = target.get("measurement") or target

@@ -108,8 +108,8 @@ def test_base_url_forms_are_normalised():
 def test_diagnosis_names_target_check_class_and_instance_log():
     results = [{"check": "images", "ok": False, "status": 400, "class": "tokenizer_truncation", "permanent": True,
                 "message": probe.TOKENIZER_FIX}]
-    text = probe.diagnosis("qwen", results, [{"name": "qwen-node-a-1", "worker_name": "node-a", "state": "running",
-                                               "log_tail": "INFO one\nERROR two"}])
+    instances = [{"name": "qwen-node-a-1", "worker_name": "node-a", "state": "running", "log_tail": "INFO one\nERROR two"}]
+    text = probe.diagnosis("qwen", results, instances)
     assert "[qwen] check images failed (HTTP 400, permanent: tokenizer_truncation)" in text
     assert "instance qwen-node-a-1 on node-a: state running" in text and "    ERROR two" in text
 

@@ -54,7 +54,7 @@ def test_tokenizer_config_keys_removed_formatting_kept():
         assert key not in parsed
     assert parsed["model_max_length"] == 262144
     assert parsed["chat_template"] == json.loads(before)["chat_template"]
-    removed = [l for l in changed_lines(before, after)]
+    removed = list(changed_lines(before, after))
     assert all(l.startswith("-") for l in removed), removed  # lines only go away, none is rewritten
     assert len(removed) == 5
     assert edits[0]["removed"] == {"max_length": 2048, "stride": 0, "truncation": True,

@@ -105,7 +105,7 @@ def test_parsing_streams_a_large_log_in_bounded_memory():
 
     def lines():
         yield "INFO [kv_cache_utils.py:1087] GPU KV cache size: 100,224 tokens\n"
-        for _ in range(100_000):  # ~11 MB of serving log
+        for _line_number in range(100_000):  # ~11 MB of serving log
             yield line
 
     tracemalloc.start()

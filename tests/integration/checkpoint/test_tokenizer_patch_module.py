@@ -6,7 +6,7 @@ import difflib
 import json
 import os
 
-from checkpoint_helpers import repo_dir, sha256, snap, snapshot_args
+from checkpoint_helpers import sha256, snap, snapshot_args
 from support.ansible_runner import run_module
 from support.checkpoint_repo import COMMIT_A, COMMIT_B, checkpoint_repo
 

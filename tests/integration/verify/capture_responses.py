@@ -49,8 +49,8 @@ def main():
     captured = {}
     with tempfile.TemporaryDirectory() as tmp:
         lab = make_server(Path(tmp), name="lab")
-        broken = make_server(Path(tmp), name="broken", profile={"name": "broken", "base": "lab", "max_model_len": 1024,
-                                                                 "enable_auto_tool_choice": False})
+        broken_profile = {"name": "broken", "base": "lab", "max_model_len": 1024, "enable_auto_tool_choice": False}
+        broken = make_server(Path(tmp), name="broken", profile=broken_profile)
         try:
             lab.start()
             model = lab.model
