@@ -98,7 +98,7 @@ def test_server_runs_as_its_own_user(node_a):
 
 
 def test_readyz_answers(node_a):
-    status, _ = http(node_a, "GET", "/readyz")
+    status, _body = http(node_a, "GET", "/readyz")
     assert status == 200
 
 
@@ -163,7 +163,7 @@ def test_no_secret_in_verbose_output_and_idempotent(secrets):
     leaked = [name for name, value in secrets.items() if value in output]
     assert not leaked, f"-vvv output shows: {leaked}"
     recap = re.findall(r"^(pairserve-mol-node-[ab])\s*:.*?changed=(\d+)", output, re.M)
-    assert len(recap) == 2 and all(changed == "0" for _, changed in recap), recap
+    assert len(recap) == 2 and all(changed == "0" for _host, changed in recap), recap
 
 
 def test_wrong_admin_password_names_the_cause():
