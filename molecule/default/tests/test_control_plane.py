@@ -158,7 +158,8 @@ def test_no_secret_in_verbose_output_and_idempotent(secrets):
         [str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", os.path.dirname(inventory),
          str(REPO / "molecule" / "default" / "converge.yml")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
-    output = proc.stdout + proc.stderr
+    # molecule forces colour on; the recap is matched on the plain text.
+    output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
     assert proc.returncode == 0, output[-4000:]
     leaked = [name for name, value in secrets.items() if value in output]
     assert not leaked, f"-vvv output shows: {leaked}"
@@ -208,5 +209,6 @@ def test_wrong_registration_token_names_the_cause(node_b):
     finally:
         node_b.run("rm -rf /tmp/pairserve-wrong-token /tmp/pairserve-wrong-token.yaml")
     output = result.stdout + result.stderr
-    assert result.rc not in (0, 124), f"the worker did not stop on a wrong token (rc {result.rc}): {output[-2000:]}"
-    assert re.search(r"token|401|unauthori[sz]ed|invalid", output, re.I), output[-2000:]
+    # GPUStack 2.2.3 logs the rejection and exits 0 ("Worker has shut down").
+    assert result.rc != 124, f"the worker kept running with a wrong token: {output[-2000:]}"
+    assert "Invalid authentication credentials" in output, output[-2000:]
