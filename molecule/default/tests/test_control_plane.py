@@ -1,4 +1,4 @@
-"""pytest-testinfra checks of molecule/default: the control plane converged by playbooks/site.yml.
+"""pytest-testinfra checks of molecule/default: the control plane converged by playbooks/control_plane.yml.
 
 Runs on the controller (molecule's verify.yml) against the node containers through testinfra's podman backend.
 """
