@@ -56,7 +56,9 @@ options:
     type: str
   image_name:
     description:
-      - Container image for O(backend=Custom). Must already be present on the worker.
+      - Container image the instances run. Required for O(backend=Custom).
+      - With O(backend=vLLM) it overrides the image GPUStack would pick from its runner catalogue, which is how a
+        runner image pinned by digest (role runner_image) is the one that runs. Must already be present on the worker.
     type: str
   run_command:
     description:
@@ -213,8 +215,9 @@ def desired_spec(p, cluster_id):
         "distributed_inference_across_workers": False,
         "description": p["description"],
     }
-    if p["backend"] == "Custom":
+    if p["image_name"] or p["backend"] == "Custom":
         spec["image_name"] = p["image_name"]
+    if p["backend"] == "Custom":
         spec["run_command"] = p["run_command"]
     if p["gpu_ids"]:
         per_replica = p["gpus_per_replica"] or max(1, len(p["gpu_ids"]) // max(1, p["replicas"]))
@@ -328,7 +331,7 @@ def main():
     changed, before, after = field_diff(desired, existing, subset_keys=("gpu_selector",))
     if existing and p["backend"] != "Custom":
         # Switching away from Custom: the leftover image/command must go, or GPUStack keeps running them.
-        for key in ("image_name", "run_command"):
+        for key in ("run_command",) if p["image_name"] else ("image_name", "run_command"):
             if existing.get(key):
                 changed.append(key)
                 before[key], after[key] = existing[key], None
