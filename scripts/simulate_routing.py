@@ -531,8 +531,8 @@ def run_all(seed, duration, loads=(0.5, 0.8), sweep=5):
     out += ["", "Open loop, Poisson arrivals at %s of that sum (%s requests/s); p95 latency in seconds, "
             "all / image / agent:" % (" and ".join("%d%%" % round(x * 100) for x in loads),
                                       " and ".join("%.3f" % r for r in rates)), ""]
-    out.append("| policy | %s |" % " | ".join("load %d%%: p95 all / image / agent | share to A %%" % round(x * 100)
-                                               for x in loads))
+    heads = ["load %d%%: p95 all / image / agent | share to A %%" % round(x * 100) for x in loads]
+    out.append("| policy | %s |" % " | ".join(heads))
     out.append("|---|%s" % ("---|---|" * len(loads)))
     for label, _make in pols:
         cells = []
@@ -567,8 +567,8 @@ def run_all(seed, duration, loads=(0.5, 0.8), sweep=5):
                                          min_change=min_change, hold_s=hold)
             closed = simulate(make_replicas(), make_qa(), seed, duration, clients=2 * MAX_SEQS)
             opn = simulate(make_replicas(), make_qa(), seed, duration, rate=rates[-1])
-            out.append("| %d | %d | %d | %d | %s | %s | %d |" % (interval, horizon, min_change, hold,
-                                                               fmt(closed.throughput), _p95(opn), opn.weight_changes))
+            out.append("| %d | %d | %d | %d | %s | %s | %d |" % (
+                interval, horizon, min_change, hold, fmt(closed.throughput), _p95(opn), opn.weight_changes))
     return "\n".join(out) + "\n"
 
 

@@ -115,8 +115,11 @@ def test_metrics_snapshot_refuses_text_without_vllm_gauges():
 
 def test_mean_tracker_uses_histogram_deltas_priors_and_survives_restart():
     tracker = ctl.MeanTracker(prior_prompt=2000, prior_generation=300, alpha=0.5)
-    snap = lambda ps, pc, gs, gc: ctl.MetricsSnapshot(prompt_hist_sum=ps, prompt_hist_count=pc,  # noqa: E731
-                                                      generation_hist_sum=gs, generation_hist_count=gc)
+
+    def snap(ps, pc, gs, gc):
+        return ctl.MetricsSnapshot(prompt_hist_sum=ps, prompt_hist_count=pc, generation_hist_sum=gs,
+                                   generation_hist_count=gc)
+
     assert tracker.update(snap(0, 0, 0, 0)) == (2000, 300)            # nothing finished yet: priors
     assert tracker.update(snap(70000, 1, 2000, 1)) == (70000, 2000)   # first finished request
     assert tracker.update(snap(76000, 3, 2400, 3)) == (36500, 1100)   # delta mean 3000 / 200, blended 50/50

@@ -29,7 +29,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import re
 import signal
 import sys
