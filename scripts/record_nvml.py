@@ -3,6 +3,7 @@
 
     python3 scripts/record_nvml.py -o tests/fixtures/nvml/myhost.json      # on a GPU host, needs nvidia-ml-py
     python3 scripts/record_nvml.py --convert raw.json -o converted.json    # an early raw recording
+    python3 scripts/record_nvml.py -o h.json --power-samples 60 --power-interval 0.5   # + a power series
 
 Records every answer the inventory needs, per device and per ordered device pair, including errors
 (as {"error": "NotSupported"}): a replay must refuse what the hardware refused. Only stdlib and
@@ -19,6 +20,7 @@ import os
 import platform
 import sys
 import tempfile
+import time
 
 FORMAT = "pairserve-nvml-recording/1"
 P2P_CAPS = ("READ", "WRITE", "NVLINK", "ATOMICS", "PROP")  # nvmlGpuP2PCapsIndex_t 0..4
@@ -96,6 +98,58 @@ def record(pynvml) -> dict:
     return {"system": system, "devices": devices, "pairs": pairs}
 
 
+def record_power(pynvml, samples: int, interval: float, phase: str = "idle") -> tuple:
+    """Power draw and energy counter of every device, `samples` times, `interval` seconds apart.
+
+    Returns (per-device additions, the top-level "power_series" block). Samples are taken on a fixed
+    schedule (start + k * interval), all devices in one sweep, so sample k of every GPU belongs to the same
+    instant and a pair's draw is their sum. GPU utilisation is kept next to them as evidence of the phase
+    (an idle window should read 0 %); the replay does not answer it.
+    """
+    pynvml.nvmlInit()
+    try:
+        handles = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            try:
+                handles.append(pynvml.nvmlDeviceGetHandleByIndex(index))
+            except pynvml.NVMLError:
+                handles.append(None)
+        series = [{"PowerUsageSeries": [], "TotalEnergyConsumptionSeries": [], "UtilizationGpuSeries": []}
+                  for dummy in handles]
+        offsets = []
+        start = time.monotonic()
+        started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for sample in range(samples):
+            delay = start + sample * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            offsets.append(round(time.monotonic() - start, 4))
+            for handle, entry in zip(handles, series):
+                if handle is None:
+                    continue
+                entry["PowerUsageSeries"].append(_ask(pynvml, pynvml.nvmlDeviceGetPowerUsage, handle))
+                entry["TotalEnergyConsumptionSeries"].append(
+                    _ask(pynvml, pynvml.nvmlDeviceGetTotalEnergyConsumption, handle))
+                rates = _ask(pynvml, pynvml.nvmlDeviceGetUtilizationRates, handle)
+                entry["UtilizationGpuSeries"].append(rates if isinstance(rates, dict) else rates.gpu)
+        for handle, entry in zip(handles, series):
+            if handle is None:
+                continue
+            first = entry["TotalEnergyConsumptionSeries"][0] if samples else None
+            # A counter the GPU does not have (NotSupported before Volta) is stored once, as a single answer.
+            if isinstance(first, dict):
+                entry["TotalEnergyConsumption"] = first
+                del entry["TotalEnergyConsumptionSeries"]
+            elif samples:
+                entry["TotalEnergyConsumption"] = first
+    finally:
+        pynvml.nvmlShutdown()
+    block = {"phase": phase, "samples": samples, "interval_s": interval, "mode": "cycle", "started_at": started_at,
+             "t_s": offsets, "units": {"PowerUsageSeries": "mW", "TotalEnergyConsumptionSeries": "mJ",
+                                       "UtilizationGpuSeries": "%"}}
+    return series, block
+
+
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -149,7 +203,17 @@ def main(argv=None) -> int:
     parser.add_argument("-o", "--output", required=True, help="recording to write (JSON)")
     parser.add_argument("--convert", metavar="RAW", help="convert a raw recording instead of asking NVML")
     parser.add_argument("--note", default="", help="free text stored under provenance")
+    parser.add_argument("--power-samples", type=int, default=0, metavar="N",
+                        help="also sample power draw and the energy counter of every GPU N times (gpu_power replay)")
+    parser.add_argument("--power-interval", type=float, default=1.0, metavar="S",
+                        help="seconds between power samples (default 1.0)")
+    parser.add_argument("--power-phase", default="idle", choices=("idle", "loaded"),
+                        help="what the GPUs were doing while sampled, stored with the series")
     args = parser.parse_args(argv)
+    if args.power_samples < 0 or args.power_interval <= 0:
+        parser.error("--power-samples must be >= 0 and --power-interval > 0")
+    if args.power_samples and args.convert:
+        parser.error("--power-samples samples a live GPU; it cannot be combined with --convert")
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if args.convert:
@@ -166,6 +230,11 @@ def main(argv=None) -> int:
             return 2
         try:
             body = record(pynvml)
+            if args.power_samples:
+                additions, block = record_power(pynvml, args.power_samples, args.power_interval, args.power_phase)
+                for device, extra in zip(body["devices"], additions):
+                    device.update(extra)
+                body["power_series"] = block
         except pynvml.NVMLError as exc:
             print(f"record_nvml.py: NVML failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
@@ -175,7 +244,9 @@ def main(argv=None) -> int:
                 "nvidia_ml_py": getattr(pynvml, "__version__", None) or _dist_version("nvidia-ml-py")}
     data = {"format": FORMAT, "provenance": provenance, "meta": meta, **body}
     write_atomic(args.output, data)
-    print(f"wrote {args.output}: {len(data['devices'])} device(s), {len(data['pairs'])} ordered pair(s)")
+    print(f"wrote {args.output}: {len(data['devices'])} device(s), {len(data['pairs'])} ordered pair(s)"
+          + (f", {args.power_samples} power samples every {args.power_interval} s ({args.power_phase})"
+             if args.power_samples else ""))
     return 0
 
 

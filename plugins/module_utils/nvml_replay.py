@@ -27,6 +27,11 @@ except ImportError:  # reported by nvml.py, which names the package to install
 FORMAT = "pairserve-nvml-recording/1"
 ENV_VAR = "PAIRSERVE_NVML_REPLAY"
 
+# Power series (recording keys `<Key>Series`): past the end a series cycles or holds its last value;
+# a counter goes on adding its recorded increments.
+SERIES_MODES = ("cycle", "hold")
+COUNTER_SERIES = ("TotalEnergyConsumption",)
+
 # nvmlDeviceGetP2PStatus's p2pIndex values (nvmlGpuP2PCapsIndex_t) and the names a recording uses.
 P2P_CAPS = ("READ", "WRITE", "NVLINK", "ATOMICS", "PROP")
 
@@ -75,7 +80,9 @@ class ReplayLibrary:
         self._by_address = {ctypes.addressof(buf): i for i, buf in enumerate(self._handles)}
         self._keep: list = []  # callbacks and strings must outlive every call
         self._symbols: dict = {}
+        self._cursors: dict = {}  # (device index, series key) -> answers given so far
         self._define()
+        self._define_power()
 
     # CDLL stand-in --------------------------------------------------------------------------------
     def open(self, name, *_args, **_kwargs):
@@ -328,6 +335,73 @@ class ReplayLibrary:
             self._store(out, c_uint, status)
             return None
         export("nvmlDeviceGetP2PStatus", [c_void_p, c_void_p, c_uint, c_void_p], p2p_status)
+
+    # power series (gpu_power) -----------------------------------------------------------------------
+    def _series_mode(self, device) -> str:
+        mode = device.get("PowerSeriesMode", self.recording.get("power_series", {}).get("mode", "cycle"))
+        if mode not in SERIES_MODES:
+            raise RecordingError(f"{self.path}: power series mode {mode!r} is not one of {', '.join(SERIES_MODES)}")
+        return mode
+
+    def _next_in_series(self, handle, key):
+        """The next recorded answer of `<key>Series`, or None when the device has no such series.
+
+        A power series is answered in order; past its end it starts again ("cycle", the default) or keeps
+        answering its last value ("hold"). An energy counter never runs backwards: past its end it goes on
+        adding the recorded increments in the same order, as the counter of a GPU in that state would.
+        """
+        device = self._device(handle)
+        series = device.get(key + "Series")
+        if series is None:
+            return None
+        slot = (self._by_address[handle], key)
+        turn = self._cursors.get(slot, 0)
+        self._cursors[slot] = turn + 1
+        if turn < len(series):
+            return series[turn]
+        if key in COUNTER_SERIES:
+            steps = [b - a for a, b in zip(series, series[1:])] or [0]
+            extra = turn - (len(series) - 1)
+            whole, part = divmod(extra, len(steps))
+            return series[-1] + whole * sum(steps) + sum(steps[:part])
+        if self._series_mode(device) == "hold":
+            return series[-1]
+        return series[turn % len(series)]
+
+    def _series_or_scalar(self, key, ctype):
+        scalar = self._scalar(key, ctype)
+
+        def impl(handle, out):
+            lost = self._error_of(self._device(handle).get("Handle"))
+            if lost is not None:
+                return lost
+            value = self._next_in_series(handle, key)
+            if value is None:
+                return scalar(handle, out)  # no series: the single recorded answer, as before
+            error = self._error_of(value)
+            if error is not None:
+                return error
+            self._store(out, ctype, value)
+            return None
+        return impl
+
+    def _define_power(self):
+        """Power draw and the energy counter, from `PowerUsageSeries` / `TotalEnergyConsumptionSeries` when a
+        recording holds them (scripts/record_nvml.py --power-samples), else from the single answers."""
+        for number, device in enumerate(self.devices):
+            for key in ("PowerUsage",) + COUNTER_SERIES:
+                series = device.get(key + "Series")
+                if series is not None and (not isinstance(series, list) or not series):
+                    raise RecordingError(f"{self.path}: device {number}: {key}Series must be a non-empty list of "
+                                         "answers (numbers or {\"error\": ...})")
+            self._series_mode(device)
+        self._export("nvmlDeviceGetPowerUsage", [c_void_p, c_void_p], self._series_or_scalar("PowerUsage", c_uint))
+        self._export("nvmlDeviceGetTotalEnergyConsumption", [c_void_p, c_void_p],
+                     self._series_or_scalar("TotalEnergyConsumption", c_ulonglong))
+
+    def series_position(self, index: int, key: str = "PowerUsage") -> int:
+        """How many answers of device `index`'s `<key>Series` were given (tests)."""
+        return self._cursors.get((index, key), 0)
 
 
 def install(path: str) -> ReplayLibrary:
