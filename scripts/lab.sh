@@ -1,21 +1,188 @@
 #!/usr/bin/env bash
-# The README's first command. Today the lab is the two recorded hosts of the seed (node A: 2x RTX 5080,
-# node B: 2x RTX 4070 Ti SUPER) replayed through the real nvidia-ml-py over the NVML replay library:
-# it runs the real gpu_pairs detection and prints the pairs each replica would be pinned to.
+# The local lab (the README's first command): the whole site.yml flow on one machine without GPUs.
+#
+#   scripts/lab.sh up     build what is missing, start the lab, converge site.yml, prove idempotence and
+#                         check mode, verify through the route, print the endpoint and the figures
+#   scripts/lab.sh down   remove every container, process and file the lab created (cached images stay,
+#                         `scripts/lab.sh down --images` removes them too)
+#
+# What the lab substitutes for real hardware (every output says so too): node-a and node-b are podman
+# containers with systemd on the host's network; their GPUs are the recorded hosts (2x RTX 5080, 2x RTX 4070
+# Ti SUPER) replayed through the NVML replay library under the real nvidia-ml-py; the checkpoint is the test
+# suite's tiny Qwen3 served by a local hub on 127.0.0.1; the replicas are the CPU build of vLLM started by
+# GPUStack's workers (Custom backend) through a podman service on the host. GPUStack, PostgreSQL, the
+# checkpoint download and patch, the route and the verification requests are the real thing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-action=${1:-up}
-case "$action" in
-  up)
-    start=$SECONDS
-    ansible-playbook -i inventory/recorded/hosts.yml playbooks/detect.yml
-    echo "lab: detection on the recorded hosts took $((SECONDS - start)) s"
-    ;;
-  down)
-    echo "lab: nothing is running for the recorded-host lab; nothing to tear down"
-    ;;
-  *)
-    echo "usage: $0 up|down" >&2
-    exit 2
-    ;;
+root=$PWD
+state=$root/.lab
+run_dir=/run/pairserve-lab
+data_dir=/var/lib/pairserve-lab
+nodes=(node-a node-b)
+export PATH=$root/.venv/bin:$PATH ANSIBLE_CONFIG=$root/ansible.cfg ANSIBLE_FORCE_COLOR=0
+# shellcheck source=lib/podman-env.sh
+. scripts/lib/podman-env.sh
+# shellcheck source=lib/vllm-cpu-image.sh
+. scripts/lib/vllm-cpu-image.sh
+vllm_version=0.27.1
+image=$(pairserve_vllm_cpu_image "$vllm_version")
+
+declare -A took
+phase() {
+  local name=$1 start=$SECONDS
+  shift
+  echo "=== lab: $name"
+  "$@"
+  took[$name]=$((SECONDS - start))
+  echo "=== lab: $name took ${took[$name]} s"
+}
+
+stop_pid() {  # stop_pid <pidfile>: SIGTERM, wait, SIGKILL; only the process we started
+  local file=$1 pid
+  [ -f "$file" ] || return 0
+  pid=$(cat "$file")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$file"
+}
+
+lab_podman() { CONTAINERS_CONF=$state/containers.conf podman "$@"; }
+
+start_podman_service() {
+  # The workers start replicas through this service. The runc wrapper only lifts the negative OOM score
+  # gpustack-runtime asks for, which this sandbox's root may not set (no CAP_SYS_RESOURCE).
+  cp "$CONTAINERS_CONF" "$state/containers.conf"
+  sed -i 's/^runtime = "runc"/runtime = "runc-lab"/' "$state/containers.conf"
+  # A launcher with an absolute interpreter: podman runs the runtime with its own PATH.
+  printf '#!/bin/sh\nexec /usr/bin/python3 %s "$@"\n' "$root/scripts/lib/runc-no-negative-oom" >"$state/runc-lab"
+  chmod 0755 "$state/runc-lab"
+  printf '[engine.runtimes]\nrunc-lab = ["%s"]\n' "$state/runc-lab" >>"$state/containers.conf"
+  mkdir -p "$run_dir"
+  if [ -f "$state/podman.pid" ] && kill -0 "$(cat "$state/podman.pid")" 2>/dev/null; then return 0; fi
+  CONTAINERS_CONF=$state/containers.conf setsid podman system service --time=0 "unix://$run_dir/podman.sock" \
+    >"$state/podman-service.log" 2>&1 &
+  echo $! >"$state/podman.pid"
+  for _ in $(seq 50); do [ -S "$run_dir/podman.sock" ] && return 0; sleep 0.2; done
+  echo "podman service did not create $run_dir/podman.sock; see $state/podman-service.log" >&2
+  return 1
+}
+
+start_hub() {
+  if [ -f "$state/hub.pid" ] && kill -0 "$(cat "$state/hub.pid")" 2>/dev/null && [ -f "$state/hub.json" ]; then return 0; fi
+  rm -f "$state/hub.json"
+  setsid python scripts/lab_hub.py --repo pairserve/tiny-qwen3 --model-dir .cache/tiny-model/qwen3-tiny \
+    --state "$state/hub.json" >"$state/hub.log" 2>&1 &
+  echo $! >"$state/hub.pid"
+  for _ in $(seq 100); do [ -f "$state/hub.json" ] && break; sleep 0.2; done
+  [ -f "$state/hub.json" ] || { echo "lab hub did not start; see $state/hub.log" >&2; return 1; }
+  python - "$state/hub.json" "$state/lab-vars.yml" "$root" <<'PY'
+import json, sys
+hub, out, root = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+with open(out, "w") as f:
+    f.write("# Written by scripts/lab.sh for this lab run.\n")
+    json.dump({"pairserve_hf_endpoint": hub["endpoint"], "pairserve_checkpoint_repo": hub["repo"],
+               "pairserve_checkpoint_revision": hub["revision"],
+               "pairserve_verify_expectations_file": root + "/.cache/tiny-model/qwen3-tiny/verification.json"}, f, indent=1)
+    f.write("\n")
+PY
+}
+
+start_nodes() {
+  local node
+  for node in "${nodes[@]}"; do
+    mkdir -p "$data_dir/$node"
+    if podman container exists "pairserve-lab-$node"; then
+      podman start "pairserve-lab-$node" >/dev/null
+      continue
+    fi
+    podman run -d --name "pairserve-lab-$node" --hostname "$node" --label org.pairserve.lab=true \
+      --network host --privileged --systemd always \
+      -v /sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw \
+      -v "$root/.cache/wheelhouse:/srv/pairserve/wheelhouse:ro" \
+      -v "$run_dir:$run_dir" -v "$data_dir/$node:$data_dir/$node" \
+      "$PAIRSERVE_NODE_IMAGE" /sbin/init >/dev/null
+  done
+}
+
+converge() {  # converge <log> [ansible-playbook args...]
+  local log=$1
+  shift
+  ansible-playbook -i inventory/lab/hosts.yml -e "@$state/lab-vars.yml" site.yml "$@" | tee "$log"
+}
+
+recap_changed() { awk '/PLAY RECAP/{r=1} r && /changed=/{sub(/.*changed=/,""); s+=$1} END{print s+0}' "$1"; }
+
+build_runtime_stand_ins() {
+  # gpustack-runtime 0.2.1 cannot pull through podman ('APIClient' object has no attribute 'pull'), so
+  # every image it starts must be local: its pause container and its autoheal container are stood in for
+  # by the node image running `sleep infinity` (the lab has no autoheal; GPUStack's restart_on_error stays).
+  local tag ctx
+  for tag in pause health; do
+    podman image exists "docker.io/gpustack/runtime:$tag" && continue
+    ctx=$(mktemp -d)
+    printf 'FROM %s\nLABEL org.pairserve.lab=true org.pairserve.stand-in=gpustack/runtime:%s\nCMD ["sleep", "infinity"]\n' \
+      "$PAIRSERVE_NODE_IMAGE" "$tag" >"$ctx/Containerfile"
+    podman build --quiet --network none -t "docker.io/gpustack/runtime:$tag" "$ctx" >/dev/null
+    rm -rf "$ctx"
+    echo "LAB: docker.io/gpustack/runtime:$tag is a local stand-in (sleep infinity), not GPUStack's image"
+  done
+}
+
+up() {
+  mkdir -p "$state"
+  local start=$SECONDS
+  phase caches bash scripts/build_caches.sh
+  phase "replica image" pairserve_build_vllm_cpu_image "$vllm_version"
+  phase "runtime stand-ins" build_runtime_stand_ins
+  phase "host services" bash -c "$(declare -f start_podman_service start_hub); root=$root state=$state run_dir=$run_dir; start_podman_service && start_hub"
+  phase nodes start_nodes
+  phase "first converge" converge "$state/converge-1.log"
+  phase "second converge" converge "$state/converge-2.log"
+  phase "check mode" converge "$state/converge-check.log" --check
+  local second check
+  second=$(recap_changed "$state/converge-2.log")
+  check=$(recap_changed "$state/converge-check.log")
+  cat <<REPORT
+
+=== lab figures
+  total: $((SECONDS - start)) s
+$(for k in caches "replica image" "runtime stand-ins" "host services" nodes "first converge" "second converge" "check mode"; do printf '  %-16s %5s s\n' "$k" "${took[$k]}"; done)
+  second converge: changed=$second, $((100 * took["second converge"] / (took["first converge"] > 0 ? took["first converge"] : 1)))% of the first converge's time (target <= 25 %)
+  --check on the converged lab: changed=$check
+
+=== the endpoint (GPUStack on node-a, on this machine's network)
+  route: qwen  (replicas qwen-node-a 58 %, qwen-node-b 42 %, CPU vLLM $vllm_version, tiny test model)
+  key:   the inference API key is root-only on node-a: KEY=$(podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key)
+  curl -s http://127.0.0.1:30080/v1/chat/completions -H "Authorization: Bearer \$KEY" \\
+       -H 'Content-Type: application/json' -d '{"model": "qwen", "temperature": 0,
+       "messages": [{"role": "user", "content": "Is the pair ready?"}]}'
+REPORT
+  [ "$second" -eq 0 ] && [ "$check" -eq 0 ]
+}
+
+down() {
+  local node
+  for node in "${nodes[@]}"; do
+    podman rm -f -t 10 "pairserve-lab-$node" >/dev/null 2>&1 || true
+  done
+  # Replica containers the workers started through the service (gpustack-runtime names them after the model).
+  if [ -S "$run_dir/podman.sock" ]; then
+    lab_podman ps -a --format '{{.Names}}' | grep -E '^qwen-' | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f -t 5 >/dev/null 2>&1 || true
+  fi
+  stop_pid "$state/hub.pid"
+  stop_pid "$state/podman.pid"
+  rm -rf "$run_dir" "$data_dir" "$state"
+  if [ "${1:-}" = --images ]; then
+    podman rmi -f "$image" "$PAIRSERVE_NODE_IMAGE" docker.io/gpustack/runtime:pause docker.io/gpustack/runtime:health >/dev/null 2>&1 || true
+  fi
+  echo "lab: down (cached images kept unless --images: $image, $PAIRSERVE_NODE_IMAGE)"
+}
+
+case "${1:-up}" in
+  up) up ;;
+  down) shift; down "$@" ;;
+  *) echo "usage: $0 up|down [--images]" >&2; exit 2 ;;
 esac
