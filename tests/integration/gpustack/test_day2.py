@@ -1,0 +1,514 @@
+"""Day-2 plays against a real GPUStack 2.2.3: playbooks/rebuild_node.yml and playbooks/upgrade.yml.
+
+Two GPU nodes, both this machine (local connection): node-a is the session fixture's worker (node-test, two
+static RTX 5080s), node-b a second GPUStack worker this module starts with static GPUs declared from a
+recorded NVML host. gpu_pairs runs for real over the recordings (fake NVML library under the real
+nvidia-ml-py). A hardware swap is a new recording plus the worker's new static GPU list; a reinstall is a
+worker whose data directory is gone. The worker "restarts" through the play's restart command (the test's
+worker is not a systemd unit); the container runtime the runner_image role asks is a `docker` stand-in on PATH
+that has the 0.25.1 runner images and nothing else. No replica can really start here (no container runtime),
+so the happy paths run with verification off and the rollback path uses verification's own timeout.
+
+The tests run in file order and build on each other (one GPUStack, one route, two replicas).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from support.ansible_runner import REPO, run_module, run_playbook
+from support.gpustack_server import _clean_env, ensure_venv, free_port
+
+pytestmark = pytest.mark.slow
+
+NVML = REPO / "tests" / "fixtures" / "nvml"
+NODE_PYTHON = REPO / ".cache" / "recorded-node-venv" / "bin" / "python"
+REBUILD = REPO / "playbooks" / "rebuild_node.yml"
+UPGRADE = REPO / "playbooks" / "upgrade.yml"
+GIB = 1024 ** 3
+
+# The worker's "service manager": stop/start a GPUStack worker by PID from a pid file (never by name).
+RESTART_SCRIPT = r'''
+import os, signal, subprocess, sys, time
+gpustack, config, pidfile, log, counter, action = sys.argv[1:7]
+if os.path.exists(pidfile):
+    pid = int(open(pidfile).read())
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            os.killpg(pid, 0)
+            time.sleep(0.2)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.unlink(pidfile)
+if action in ("start", "restart"):
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+           "HOME": os.environ.get("HOME", "/root"), "GPUSTACK_SKIP_RESERVE_EPHEMERAL_PORTS": "1",
+           "GPUSTACK_RUNTIME_DEPLOY": "Podman"}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([gpustack, "start", "--config-file", config], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=os.path.dirname(config), env=env, start_new_session=True)
+    open(pidfile, "w").write(str(proc.pid))
+if action == "restart":
+    with open(counter, "a") as out:
+        out.write("restart\n")
+'''
+
+# The node's container runtime, as far as runner_image asks it: an NVIDIA runtime, and the 0.25.1 runner
+# images present (nothing else, nothing pulled).
+DOCKER_SHIM = r'''#!/bin/sh
+case "$1" in
+  info) echo '{"Runtimes": {"runc": {}, "nvidia": {}}, "CDISpecDirs": []}' ;;
+  image) case "$3" in *vllm0.25.1*) echo '[{}]' ;; *) echo "Error: No such image: $3" >&2; exit 1 ;; esac ;;
+  *) echo "docker stand-in: $* is not available in the test" >&2; exit 1 ;;
+esac
+'''
+
+
+def detect(recording: Path) -> dict:
+    """pairserve_gpu of a recorded host, by the real gpu_pairs module over the fake NVML library."""
+    res = run_module("gpu_pairs", {"group_size": 2},
+                     env={"PAIRSERVE_NVML_REPLAY": str(recording), "ANSIBLE_PYTHON_INTERPRETER": str(NODE_PYTHON)})
+    assert not res.failed, res.result
+    return res["ansible_facts"]["pairserve_gpu"]
+
+
+def derive_recording(source: Path, dest: Path, **device) -> Path:
+    """A recorded host with every device's fields replaced (name, memory, compute capability, UUID prefix)."""
+    data = json.loads(source.read_text())
+    for i, dev in enumerate(data["devices"]):
+        if "name" in device:
+            dev["Name"] = device["name"]
+        if "memory" in device:
+            dev["MemoryInfo"] = {"total": device["memory"], "free": device["memory"] - 2 ** 29, "used": 2 ** 29}
+        if "cc" in device:
+            dev["CudaComputeCapability"] = list(device["cc"])
+        if "uuid" in device:
+            dev["UUID"] = "%s-%012d" % (device["uuid"], i + 1)
+    dest.write_text(json.dumps(data))
+    return dest
+
+
+def static_resources(gpu: dict) -> dict:
+    """Worker `resources:` declaring the detected GPUs (as the lab's worker template does)."""
+    return {
+        "cpu": {"total": 8}, "memory": {"total": 32 * GIB}, "swap": {"total": 0},
+        "filesystem": [{"name": "root", "mount_point": "/", "mount_from": "/dev/vda1", "total": 200 * GIB}],
+        "os": {"name": "Debian GNU/Linux", "version": "12"},
+        "kernel": {"name": "Linux", "release": "6.1.0", "version": "#1 SMP", "architecture": "x86_64"},
+        "uptime": {"uptime": 1000, "boot_time": "2026-11-30T00:00:00.000+0000"},
+        "gpu_devices": [{"name": g["name"], "vendor": "nvidia", "type": "cuda", "index": g["index"],
+                         "device_index": g["index"], "compute_capability": str(g["compute_capability"]),
+                         "memory": {"total": g["memory_total_bytes"]}} for g in gpu["gpus"]],
+    }
+
+
+class FakeMetrics:
+    """vLLM's /metrics for each node's replica: N polls with a request running, then idle. Each poll also
+    records the route weights GPUStack has at that moment, so the test sees what the drain looked like."""
+
+    def __init__(self, server):
+        self.server = server
+        self.busy = {}
+        self.polls = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server API
+                node = self.path.strip("/").split("/")[0]
+                running = 1 if outer.busy.get(node, 0) > 0 else 0
+                outer.busy[node] = max(0, outer.busy.get(node, 0) - 1)
+                outer.polls.append((node, running, weights(outer.server)))
+                body = ("# TYPE vllm:num_requests_running gauge\n"
+                        f'vllm:num_requests_running{{engine="0",model_name="qwen-{node}"}} {running}.0\n'
+                        f'vllm:num_requests_waiting{{engine="0",model_name="qwen-{node}"}} 0.0\n').encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def route_targets(server, name="qwen"):
+    routes = [r for r in server.items("/v2/model-routes") if r["name"] == name]
+    if not routes:
+        return {}
+    names = {m["id"]: m["name"] for m in server.items("/v2/models")}
+    return {names.get(t["model_id"]): {"id": t["id"], "weight": t["weight"]}
+            for t in server.items(f"/v2/model-route-targets?route_id={routes[0]['id']}")
+            if t["route_id"] == routes[0]["id"]}
+
+
+def weights(server):
+    return {k: v["weight"] for k, v in route_targets(server).items()}
+
+
+def model(server, name):
+    found = [m for m in server.items("/v2/models") if m["name"] == name]
+    return found[0] if found else None
+
+
+def instance_ids(server, name):
+    return sorted(i["id"] for i in server.items("/v2/model-instances") if i["model_name"] == name)
+
+
+def workers(server, prefix="node-b"):
+    return [w for w in server.items("/v2/workers") if w["name"] == prefix or w["name"].startswith(prefix + "-")]
+
+
+def recap(result, host):
+    """The PLAY RECAP counters of one host, e.g. {'ok': 12, 'changed': 0, 'failed': 0, ...}."""
+    match = re.search(rf"^{re.escape(host)}\s+:\s+(.*)$", result.stdout, re.M)
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(1))} if match else None
+
+
+def wait_for(predicate, timeout=120, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def day2(gpustack_server, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("day2")
+    venv = ensure_venv(gpustack_server.version)
+    state = {"tmp": tmp, "server": gpustack_server}
+
+    # node-a: the fixture's worker declares 16 GiB RTX 5080s; its recording says the same.
+    node_a_rec = derive_recording(NVML / "node-a-2x5080.json", tmp / "node-a.json", memory=16 * GIB)
+    node_b_rec = tmp / "node-b.json"
+    node_b_rec.write_text((NVML / "node-b-2x4070tis.json").read_text())
+    state["node_b_rec"] = node_b_rec
+
+    # node-b's worker, started and restarted only through restart.py (by PID).
+    wdir = tmp / "worker-b"
+    (wdir / "data").mkdir(parents=True)
+    (wdir / "data" / "worker_uuid").write_text("00000000-0000-4000-8000-0000000000bb\n")
+    config = {"server_url": gpustack_server.api_url, "token": gpustack_server._token,  # pylint: disable=protected-access
+              "worker_name": "node-b", "data_dir": str(wdir / "data"), "log_dir": str(wdir / "log"),
+              "worker_ip": "127.0.0.1", "worker_port": free_port(), "worker_metrics_port": free_port(),
+              "disable_worker_metrics": True, "proxy_port": free_port()}
+    state["worker_config"] = config
+
+    def declare(gpu):
+        (wdir / "config.yaml").write_text(json.dumps(dict(config, resources=static_resources(gpu)), indent=1))
+
+    state["declare"] = declare
+    script = tmp / "restart.py"
+    script.write_text(RESTART_SCRIPT)
+    counter = tmp / "restarts.txt"
+    counter.write_text("")
+    state["counter"] = counter
+    base = [sys.executable, str(script), str(venv / "bin" / "gpustack"), str(wdir / "config.yaml"),
+            str(wdir / "worker.pid"), str(wdir / "worker.log"), str(counter)]
+    state["worker_cmd"] = lambda action: subprocess.run(base + [action], check=True, timeout=60)
+    state["worker_log"] = wdir / "worker.log"
+    state["worker_dir"] = wdir
+
+    declare(detect(node_b_rec))
+    state["worker_cmd"]("start")
+
+    shim = tmp / "bin"
+    shim.mkdir()
+    (shim / "docker").write_text(DOCKER_SHIM)
+    (shim / "docker").chmod(0o755)
+    state["env"] = {"PATH": f"{shim}{os.pathsep}{_clean_env({})['PATH']}"}
+
+    for rev in ("ckpt-1", "ckpt-2"):
+        (tmp / rev).mkdir()
+        (tmp / rev / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"]}))
+    state["checkpoint"] = {"path": str(tmp / "ckpt-1"), "architecture": "Qwen3_5ForConditionalGeneration",
+                           "hybrid": True, "quantization": "nvfp4", "vision": True, "mtp": True,
+                           "native_context": 262144}
+
+    metrics = FakeMetrics(gpustack_server)
+    state["metrics"] = metrics
+    state["state_file"] = {h: tmp / f"pairs-{h}.json" for h in ("node-a", "node-b")}
+    inventory = {
+        "all": {
+            "children": {
+                "gpustack_server": {"hosts": {"gs": {
+                    "pairserve_gpustack_api_port": int(gpustack_server.api_url.rsplit(":", 1)[1]),
+                    "pairserve_gpustack_management_key": gpustack_server.api_key,
+                    "pairserve_gpustack_inference_key": gpustack_server.api_key,
+                    "pairserve_gpustack_server_url": gpustack_server.api_url,
+                    "pairserve_gpustack_cluster_name": gpustack_server.cluster_name}}},
+                "gpu_nodes": {"hosts": {
+                    "node-a": {"pairserve_gpustack_worker_name": gpustack_server.worker_name,
+                               "pairserve_nvml_replay": str(node_a_rec),
+                               "pairserve_gpustack_worker_data_dir": str(gpustack_server.root / "worker" / "data"),
+                               "pairserve_rebuild_state_file": str(state["state_file"]["node-a"]),
+                               "pairserve_day2_metrics_url": f"{metrics.url}/node-a/metrics"},
+                    "node-b": {"pairserve_nvml_replay": str(node_b_rec),
+                               "pairserve_gpustack_worker_data_dir": str(wdir / "data"),
+                               "pairserve_rebuild_state_file": str(state["state_file"]["node-b"]),
+                               "pairserve_rebuild_worker_restart_command": base + ["restart"],
+                               "pairserve_day2_metrics_url": f"{metrics.url}/node-b/metrics"}}},
+            },
+            "vars": {
+                "ansible_connection": "local",
+                "ansible_python_interpreter": sys.executable,
+                "pairserve_node_venv": str(NODE_PYTHON.parent.parent),
+                "pairserve_node_venv_apt_packages": [],
+                "pairserve_vllm_version": "0.25.1",
+                "pairserve_checkpoint": state["checkpoint"],
+                "pairserve_replica_profile": "multimodal",
+                "pairserve_route_name": "qwen",
+                "pairserve_route_weights": {"node-a": 58, "node-b": 42},
+                "pairserve_runner_catalogue_python": str(venv / "bin" / "python"),
+                "pairserve_rebuild_provision": False,
+                "pairserve_rebuild_verify": False,
+                "pairserve_upgrade_gpustack": False,
+                "pairserve_upgrade_checkpoint": False,
+                "pairserve_upgrade_verify": False,
+                "pairserve_day2_drain_poll": 1,
+            },
+        }
+    }
+    state["inventory"] = tmp / "hosts.yml"
+    state["inventory"].write_text(json.dumps(inventory, indent=1))
+    wait_for(lambda: [w for w in workers(gpustack_server) if w["state"] == "ready"], what="worker node-b to be ready")
+    yield state
+
+    metrics.close()
+    state["worker_cmd"]("stop")
+    for name in ("qwen",):
+        run_module("gpustack_route", {**gpustack_server.key_args, "name": name, "state": "absent"})
+    for name in ("qwen-node-a", "qwen-node-b"):
+        run_module("gpustack_model", {**gpustack_server.key_args, "name": name, "state": "absent"})
+    for worker in workers(gpustack_server):
+        gpustack_server.api("DELETE", f"/v2/workers/{worker['id']}")
+
+
+def play(day2, playbook, limit=None, **extra):
+    return run_playbook(playbook, inventory=day2["inventory"], limit=limit, extra_vars=extra or None,
+                        env=day2["env"], timeout=900)
+
+
+def restarts(day2):
+    return len(day2["counter"].read_text().splitlines())
+
+
+# -- rebuild_node.yml ---------------------------------------------------------------------------------
+
+def test_rebuild_registers_each_node_and_records_its_pairs(day2):
+    server = day2["server"]
+    refused = play(day2, REBUILD)
+    assert refused.rc != 0 and "run it with --limit <node>" in refused.stdout
+
+    for host in ("node-a", "node-b"):
+        first = play(day2, REBUILD, limit=host)
+        assert first.rc == 0, first.stdout[-4000:] + first.stderr[-2000:]
+        assert "no record of the earlier pairs yet" in first.stdout
+    record = json.loads(day2["state_file"]["node-b"].read_text())
+    assert record["pairs"][0]["uuids"] == ["GPU-4070b000-0000-4000-8000-000000000001",
+                                           "GPU-4070b000-0000-4000-8000-000000000002"]
+    assert record["replicas"] == ["qwen-node-b"]
+    assert model(server, "qwen-node-b")["gpu_selector"]["gpu_ids"] == ["node-b:cuda:0", "node-b:cuda:1"]
+    assert model(server, "qwen-node-a")["gpu_selector"]["gpu_ids"] == [f"{server.worker_name}:cuda:0",
+                                                                       f"{server.worker_name}:cuda:1"]
+    assert restarts(day2) == 0
+    route = run_module("gpustack_route", {**server.key_args, "name": "qwen", "targets": [
+        {"model": "qwen-node-a", "weight": 58}, {"model": "qwen-node-b", "weight": 42}]})
+    assert route.changed, route.result
+
+    again = play(day2, REBUILD, limit="node-b")
+    assert again.rc == 0, again.stdout[-4000:]
+    assert "Nothing to do." in again.stdout
+    assert recap(again, "node-b")["changed"] == 0, again.stdout[-3000:]
+
+
+def test_rebuild_after_a_card_swap_moves_only_that_replica(day2):
+    server = day2["server"]
+    before_ids = {n: v["id"] for n, v in route_targets(server).items()}
+    a_model, a_instances = model(server, "qwen-node-a"), instance_ids(server, "qwen-node-a")
+    b_instances = instance_ids(server, "qwen-node-b")
+    assert b_instances, "GPUStack should have created qwen-node-b's instance"
+
+    # The swap: three RTX 3090s; gpu_pairs pairs the NVLinked two at indexes 1 and 2. The worker declares the new
+    # cards but has not restarted, so GPUStack still shows the 4070 Ti SUPERs.
+    day2["node_b_rec"].write_text((NVML / "three-gpus.json").read_text())
+    day2["declare"](detect(day2["node_b_rec"]))
+    day2["metrics"].busy["node-b"] = 2
+    day2["metrics"].polls.clear()
+
+    swap = play(day2, REBUILD, limit="node-b")
+    assert swap.rc == 0, swap.stdout[-5000:] + swap.stderr[-2000:]
+    assert "cards changed since the replicas were registered" in swap.stdout
+    assert "(stale: the worker restarts)" in swap.stdout
+    assert restarts(day2) == 1
+    gpus = [g for g in server.items("/v2/gpu-devices") if g["worker_name"] == "node-b"]
+    assert sorted(g["name"] for g in gpus) == ["NVIDIA GeForce RTX 3090"] * 3
+    b = model(server, "qwen-node-b")
+    assert b["gpu_selector"]["gpu_ids"] == ["node-b:cuda:1", "node-b:cuda:2"]
+    assert not set(instance_ids(server, "qwen-node-b")) & set(b_instances)  # rolled out
+    # Drained while it worked (two polls with a request running, then idle), node-a kept its weight.
+    node_b_polls = [p for p in day2["metrics"].polls if p[0] == "node-b"]
+    assert [p[1] for p in node_b_polls] == [1, 1, 0]
+    assert all(p[2] == {"qwen-node-a": 58, "qwen-node-b": 0} for p in node_b_polls)
+    assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
+    assert {n: v["id"] for n, v in route_targets(server).items()} == before_ids
+    # node-a untouched.
+    assert model(server, "qwen-node-a")["updated_at"] == a_model["updated_at"]
+    assert instance_ids(server, "qwen-node-a") == a_instances
+    assert "other replica(s) untouched (qwen-node-a)" in swap.stdout
+    record = json.loads(day2["state_file"]["node-b"].read_text())
+    assert record["pairs"][0]["gpustack_gpu_indexes"] == [1, 2] and len(record["gpus"]) == 3
+
+    again = play(day2, REBUILD, limit="node-b")
+    assert again.rc == 0 and recap(again, "node-b")["changed"] == 0, again.stdout[-3000:]
+    assert restarts(day2) == 1
+
+
+def test_rebuild_refuses_a_pair_that_no_longer_fits_before_touching_anything(day2):
+    server = day2["server"]
+    before = (model(server, "qwen-node-b"), instance_ids(server, "qwen-node-b"), route_targets(server))
+    record = day2["state_file"]["node-b"].read_text()
+    good = day2["node_b_rec"].read_text()
+    # Two Turing cards (compute capability 7.5): no FP4 path for the NVFP4 checkpoint.
+    derive_recording(NVML / "node-b-2x4090.json", day2["node_b_rec"], name="Tesla T4", memory=15 * GIB, cc=(7, 5),
+                     uuid="GPU-7475a000-0000-4000-8000")
+    day2["metrics"].polls.clear()
+    try:
+        res = play(day2, REBUILD, limit="node-b")
+    finally:
+        day2["node_b_rec"].write_text(good)
+    assert res.rc != 0
+    assert "needs an FP4 path, and this pair (compute capability 7.5) has none" in res.stdout
+    assert restarts(day2) == 1 and not day2["metrics"].polls  # no restart, no drain
+    assert (model(server, "qwen-node-b"), instance_ids(server, "qwen-node-b"), route_targets(server)) == before
+    assert day2["state_file"]["node-b"].read_text() == record
+
+
+def test_rebuild_of_a_reinstalled_node_removes_the_ghost_worker(day2):
+    server = day2["server"]
+    old = workers(server)
+    assert [w["name"] for w in old] == ["node-b"]
+
+    # Reinstall: the worker's data directory is gone. GPUStack still holds the name, so the fresh worker is refused.
+    day2["worker_cmd"]("stop")
+    # On a real node the replica's instance runs on the old worker record. Here no instance can be scheduled (no
+    # real model file, no container runtime: they stay pending), so bind it the way the scheduler would have.
+    inst = [i for i in server.items("/v2/model-instances") if i["model_name"] == "qwen-node-b"][0]
+    server.api("PUT", f"/v2/model-instances/{inst['id']}",
+               dict(inst, worker_id=old[0]["id"], worker_name="node-b", worker_ip="127.0.0.1", state="running"))
+    bound = [i for i in server.items("/v2/model-instances") if i.get("worker_id") == old[0]["id"]]
+    assert [i["id"] for i in bound] == [inst["id"]]
+    subprocess.run(["rm", "-rf", str(day2["worker_dir"] / "data")], check=True)
+    (day2["worker_dir"] / "data").mkdir()
+    log_size = day2["worker_log"].stat().st_size
+    day2["worker_cmd"]("start")
+    wait_for(lambda: "Worker with name 'node-b' already exists" in day2["worker_log"].read_text()[log_size:],
+             timeout=120, what="GPUStack to refuse the reinstalled worker under the held name")
+
+    res = play(day2, REBUILD, limit="node-b")
+    assert res.rc == 0, res.stdout[-5000:] + res.stderr[-2000:]
+    assert "1 stale worker record(s) to remove" in res.stdout
+    now = workers(server)
+    assert [w["name"] for w in now] == ["node-b"] and now[0]["id"] != old[0]["id"] and now[0]["state"] == "ready"
+    # The orphaned instance went with the ghost record; GPUStack made the replica a new one (to be placed on the
+    # new record; it stays pending here).
+    assert not [i for i in server.items("/v2/model-instances") if i.get("worker_id") == old[0]["id"]]
+    fresh = wait_for(lambda: instance_ids(server, "qwen-node-b"), timeout=60, what="the replica's new instance")
+    assert inst["id"] not in fresh and len(fresh) == 1
+    assert model(server, "qwen-node-b")["gpu_selector"]["gpu_ids"] == ["node-b:cuda:1", "node-b:cuda:2"]
+    assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
+    assert restarts(day2) == 2
+
+
+# -- upgrade.yml --------------------------------------------------------------------------------------
+
+def test_upgrade_drains_one_replica_at_a_time_and_a_second_run_changes_nothing(day2):
+    server = day2["server"]
+    ids = {n: v["id"] for n, v in route_targets(server).items()}
+    instances = {n: instance_ids(server, n) for n in ("qwen-node-a", "qwen-node-b")}
+    day2["metrics"].polls.clear()
+    day2["metrics"].busy.update({"node-a": 2, "node-b": 1})
+
+    # The pin that moves: the runner image, now pinned (the 0.25.1 runner for the nodes' CUDA 13.0).
+    res = play(day2, UPGRADE)
+    assert res.rc == 0, res.stdout[-6000:] + res.stderr[-2000:]
+    for name in ("qwen-node-a", "qwen-node-b"):
+        assert model(server, name)["image_name"].endswith("runner:cuda13.0-vllm0.25.1"), model(server, name)
+        assert not set(instance_ids(server, name)) & set(instances[name])  # rolled out
+    polls = day2["metrics"].polls
+    assert [(p[0], p[1]) for p in polls] == [("node-a", 1), ("node-a", 1), ("node-a", 0), ("node-b", 1), ("node-b", 0)]
+    assert all(p[2] == {"qwen-node-a": 0, "qwen-node-b": 42} for p in polls if p[0] == "node-a")
+    assert all(p[2] == {"qwen-node-a": 58, "qwen-node-b": 0} for p in polls if p[0] == "node-b")
+    assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
+    assert {n: v["id"] for n, v in route_targets(server).items()} == ids
+
+    polls.clear()
+    again = play(day2, UPGRADE)
+    assert again.rc == 0, again.stdout[-4000:]
+    assert recap(again, "node-a")["changed"] == 0 and recap(again, "node-b")["changed"] == 0, again.stdout[-3000:]
+    assert not polls and again.stdout.count("Nothing to do.") == 2
+
+
+def test_upgrade_refuses_a_vllm_pin_without_runner_image_before_draining(day2):
+    server = day2["server"]
+    before = ({n: model(server, n) for n in ("qwen-node-a", "qwen-node-b")}, route_targets(server))
+    day2["metrics"].polls.clear()
+    res = play(day2, UPGRADE, pairserve_vllm_version="0.27.1")
+    assert res.rc != 0
+    msg = " ".join(res["msg"].split())
+    assert msg.startswith('Upgrade of node-a failed at "Make sure the runner image is present": '
+                          "pairserve_vllm_version 0.27.1 has no GPUStack runner image"), msg
+    assert "Rolled back: no replica had changed yet; route weights untouched." in msg
+    assert recap(res, "node-b") is None  # the play stopped at node-a
+    assert not day2["metrics"].polls
+    assert ({n: model(server, n) for n in ("qwen-node-a", "qwen-node-b")}, route_targets(server)) == before
+
+
+def test_upgrade_rolls_back_a_replica_that_fails_verification(day2):
+    server = day2["server"]
+    ids = {n: v["id"] for n, v in route_targets(server).items()}
+    a_before, b_before = model(server, "qwen-node-a"), model(server, "qwen-node-b")
+    b_instances = instance_ids(server, "qwen-node-b")
+    day2["metrics"].polls.clear()
+
+    # A new checkpoint revision; the new replica never runs here, so verification times out.
+    new = dict(day2["checkpoint"], path=str(day2["tmp"] / "ckpt-2"))
+    res = play(day2, UPGRADE, pairserve_checkpoint=new, pairserve_upgrade_verify=True,
+               pairserve_verify_wait_timeout=4, pairserve_verify_poll_interval=2)
+    assert res.rc != 0
+    msg = " ".join(res["msg"].split())
+    assert msg.startswith("Upgrade of node-a failed at") and "Not every replica is running after 4 s" in msg, msg
+    assert "Rolled back: qwen-node-a (re-registered with 0.25.1 and rolled out again); route weights restored." in msg
+    assert recap(res, "node-b") is None
+    a_after = model(server, "qwen-node-a")
+    assert a_after["local_path"] == a_before["local_path"] == day2["checkpoint"]["path"]
+    assert a_after["backend_parameters"] == a_before["backend_parameters"]
+    assert [p[2] for p in day2["metrics"].polls] == [{"qwen-node-a": 0, "qwen-node-b": 42}]  # drained during it
+    assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
+    assert {n: v["id"] for n, v in route_targets(server).items()} == ids
+    assert model(server, "qwen-node-b")["updated_at"] == b_before["updated_at"]
+    assert instance_ids(server, "qwen-node-b") == b_instances
