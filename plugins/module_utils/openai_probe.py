@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import struct
 import time
 import zlib
@@ -177,6 +178,17 @@ def _json_or_none(raw):
 
 
 # --- classification -------------------------------------------------------------------------------
+
+def backend_status(resp):
+    """The replica's own HTTP status. GPUStack 2.2.3's server answers a worker's 4xx through a route as a
+    503 whose message reads 'Worker request failed: 1 POST <url> status=400, error=...'; this returns the
+    400 in that case, the response's status otherwise."""
+    if resp.status in (502, 503):
+        match = re.search(r"worker request failed:.*?status=(\d{3})", resp.error_message(), re.I | re.S)
+        if match:
+            return int(match.group(1))
+    return resp.status
+
 
 def classify(resp, check=None):
     """(class, explanation) for a failed response. The body decides before the status does."""
@@ -494,8 +506,9 @@ def check_context(client, model, max_model_len, max_tokens=8):
     past_msgs = [{"role": "user", "content": near_msgs[0]["content"] + FILLER * extra}]
     resp = client.chat({"model": model, "messages": past_msgs, "max_tokens": max_tokens, "temperature": 0})
     detail = {"prompt_tokens_at_least": near_count + int(extra * per) - 1, "max_model_len": max_model_len}
-    if resp.status == 400 and classify(resp)[0] == "context_limit":
-        results.append(_result("context_past_limit", True, resp, "vLLM refused the over-long prompt with its 400",
+    if backend_status(resp) == 400 and classify(resp)[0] == "context_limit":
+        results.append(_result("context_past_limit", True, resp, "vLLM refused the over-long prompt with its 400"
+                               + ("" if resp.status == 400 else " (passed on by GPUStack as HTTP %d)" % resp.status),
                                response_message=resp.error_message()[:300], **detail))
     elif resp.ok:
         results.append(_result("context_past_limit", False, resp,

@@ -60,6 +60,19 @@ def test_a_vllm_400_wrapped_in_a_503_is_still_the_400():
     assert "tokenizer.json truncation max_length 2048, run tokenizer_patch" in why
 
 
+def test_backend_status_reads_the_replicas_status_through_gpustack():
+    # Recorded from the lab: GPUStack 2.2.3's route passing on the replica's context-limit 400.
+    message = ("An unexpected error occurred: Worker request failed: 1 POST http://192.0.2.2:10170/v1/chat/completions "
+               "status=400, error={\"error\":{\"message\":\"This model's maximum context length is 4096 tokens.")
+    body = {"error": {"message": message, "type": "ServiceUnavailable", "code": 503}}
+    wrapped = probe.Response("http://127.0.0.1:30080/v1/chat/completions", 503, body, json.dumps(body))
+    assert probe.backend_status(wrapped) == 400
+    assert probe.classify(wrapped)[0] == "context_limit"
+    # Without the worker's status, a 503 stays a 503, and other statuses pass through.
+    assert probe.backend_status(probe.Response("u", 503, {"detail": "No running instance"}, "")) == 503
+    assert probe.backend_status(probe.Response("u", 400, {"error": {"message": "status=500"}}, "")) == 400
+
+
 def test_a_plain_503_is_transient_and_a_500_is_not():
     plain = probe.Response("u", 503, {"detail": "No running instance"}, "")
     assert probe.classify(plain)[0] == "unavailable"
