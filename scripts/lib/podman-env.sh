@@ -22,8 +22,16 @@ cgroup_manager = "cgroupfs"
 CONF
 export CONTAINERS_CONF=$pairserve_state/containers.conf
 
+# Bump when the recipe below changes: an image with another recipe label is rebuilt (and so is every image
+# built FROM it, see vllm-cpu-image.sh).
+PAIRSERVE_NODE_IMAGE_RECIPE=2
+
+pairserve_image_recipe() {  # pairserve_image_recipe <image>: its org.pairserve.recipe label, empty if none
+  podman image inspect --format '{{ index .Labels "org.pairserve.recipe" }}' "$1" 2>/dev/null || true
+}
+
 pairserve_build_node_image() {
-  if podman image exists "$PAIRSERVE_NODE_IMAGE"; then
+  if [ "$(pairserve_image_recipe "$PAIRSERVE_NODE_IMAGE")" = "$PAIRSERVE_NODE_IMAGE_RECIPE" ]; then
     return 0
   fi
   local mirror
@@ -31,13 +39,15 @@ pairserve_build_node_image() {
   mirror=${mirror:-http://deb.debian.org/debian}
   echo "building node image $PAIRSERVE_NODE_IMAGE from $mirror (mmdebstrap, about a minute)"
   # The epoch-dated apt stamp makes `cache_valid_time` refresh the emptied package lists.
+  # libnuma1: the CPU build of vLLM in the lab's replica image (built FROM this one) loads it.
   mmdebstrap --quiet --variant=apt \
-    --include=python3,python3-apt,python3-venv,sudo,systemd,systemd-sysv,dbus,ca-certificates,iproute2,procps \
+    --include=python3,python3-apt,python3-venv,sudo,systemd,systemd-sysv,dbus,ca-certificates,iproute2,procps,libnuma1 \
     --aptopt='Acquire::Languages "none"' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
     --customize-hook='mkdir -p "$1"/var/lib/apt/periodic; touch -d @0 "$1"/var/lib/apt/periodic/update-success-stamp' \
     bookworm - "$mirror" |
-    podman import --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$PAIRSERVE_NODE_IMAGE" >/dev/null
+    podman import --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' \
+      --change "LABEL org.pairserve.recipe=$PAIRSERVE_NODE_IMAGE_RECIPE" - "$PAIRSERVE_NODE_IMAGE" >/dev/null
 }

