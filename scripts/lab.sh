@@ -3,8 +3,12 @@
 #
 #   scripts/lab.sh up     build what is missing, start the lab, converge site.yml, prove idempotence and
 #                         check mode, verify through the route, print the endpoint and the figures
+#   scripts/lab.sh start  only what comes before the first converge: caches, images, host services, nodes
+#                         (molecule/default's create step)
 #   scripts/lab.sh down   remove every container, process and file the lab created (cached images stay,
-#                         `scripts/lab.sh down --images` removes them too)
+#                         `scripts/lab.sh down --images` removes them too), then check nothing is left
+#   scripts/lab.sh test   up, the testinfra suite molecule/default/tests against the running lab, down, and
+#                         the check that nothing is left (what `make test` runs)
 #
 # What the lab substitutes for real hardware (every output says so too): node-a and node-b are podman
 # containers with systemd on the host's network; their GPUs are the recorded hosts (2x RTX 5080, 2x RTX 4070
@@ -18,6 +22,8 @@ root=$PWD
 state=$root/.lab
 run_dir=/run/pairserve-lab
 data_dir=/var/lib/pairserve-lab
+# The lab hub's endpoint and commit, for every run against inventory/lab (site.yml, molecule default).
+hub_vars=$root/inventory/lab/group_vars/all/lab_hub.yml
 nodes=(node-a node-b)
 export PATH=$root/.venv/bin:$PATH ANSIBLE_CONFIG=$root/ansible.cfg ANSIBLE_FORCE_COLOR=0
 # shellcheck source=lib/podman-env.sh
@@ -71,22 +77,27 @@ start_podman_service() {
 }
 
 start_hub() {
-  if [ -f "$state/hub.pid" ] && kill -0 "$(cat "$state/hub.pid")" 2>/dev/null && [ -f "$state/hub.json" ]; then return 0; fi
+  if [ -f "$state/hub.pid" ] && kill -0 "$(cat "$state/hub.pid")" 2>/dev/null && [ -f "$state/hub.json" ] &&
+    [ -f "$hub_vars" ]; then return 0; fi
+  stop_pid "$state/hub.pid"
   rm -f "$state/hub.json"
   setsid python scripts/lab_hub.py --repo pairserve/tiny-qwen3 --model-dir .cache/tiny-model/qwen3-tiny \
     --state "$state/hub.json" >"$state/hub.log" 2>&1 &
   echo $! >"$state/hub.pid"
   for _ in $(seq 100); do [ -f "$state/hub.json" ] && break; sleep 0.2; done
   [ -f "$state/hub.json" ] || { echo "lab hub did not start; see $state/hub.log" >&2; return 1; }
-  python - "$state/hub.json" "$state/lab-vars.yml" "$root" <<'PY'
+  python - "$state/hub.json" "$hub_vars" "$root" <<'PY'
 import json, sys
 hub, out, root = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
-with open(out, "w") as f:
-    f.write("# Written by scripts/lab.sh for this lab run.\n")
+with open(out + ".tmp", "w") as f:
+    f.write("# Written by scripts/lab.sh for this lab run (git-ignored, removed by `scripts/lab.sh down`):\n"
+            "# the lab hub's endpoint and the commit sha it serves the tiny test model at.\n")
     json.dump({"pairserve_hf_endpoint": hub["endpoint"], "pairserve_checkpoint_repo": hub["repo"],
                "pairserve_checkpoint_revision": hub["revision"],
                "pairserve_verify_expectations_file": root + "/.cache/tiny-model/qwen3-tiny/verification.json"}, f, indent=1)
     f.write("\n")
+import os
+os.replace(out + ".tmp", out)
 PY
 }
 
@@ -104,13 +115,21 @@ start_nodes() {
       -v "$root/.cache/wheelhouse:/srv/pairserve/wheelhouse:ro" \
       -v "$run_dir:$run_dir" -v "$data_dir/$node:$data_dir/$node" \
       "$PAIRSERVE_NODE_IMAGE" /sbin/init >/dev/null
+    echo "lab: created pairserve-lab-$node"
   done
 }
 
 converge() {  # converge <log> [ansible-playbook args...]
   local log=$1
   shift
-  ansible-playbook -i inventory/lab/hosts.yml -e "@$state/lab-vars.yml" site.yml "$@" | tee "$log"
+  ansible-playbook -i inventory/lab/hosts.yml site.yml "$@" | tee "$log"
+}
+
+check_converge() {  # check mode at -vvv into the log (the test suite looks for secrets in it); the recap on screen
+  local log=$1 rc=0
+  ansible-playbook -vvv --check -i inventory/lab/hosts.yml site.yml >"$log" 2>&1 || rc=$?
+  sed -n '/^PLAY RECAP/,$p' "$log"
+  return "$rc"
 }
 
 recap_changed() { awk '/PLAY RECAP/{r=1} r && /changed=/{sub(/.*changed=/,""); s+=$1} END{print s+0}' "$1"; }
@@ -121,9 +140,11 @@ build_runtime_stand_ins() {
   # by the node image running `sleep infinity` (the lab has no autoheal; GPUStack's restart_on_error stays).
   local tag ctx
   for tag in pause health; do
-    podman image exists "docker.io/gpustack/runtime:$tag" && continue
+    podman image exists "docker.io/gpustack/runtime:$tag" &&
+      [ "$(pairserve_image_recipe "docker.io/gpustack/runtime:$tag")" = "$PAIRSERVE_NODE_IMAGE_RECIPE" ] && continue
     ctx=$(mktemp -d)
-    printf 'FROM %s\nLABEL org.pairserve.lab=true org.pairserve.stand-in=gpustack/runtime:%s\nCMD ["sleep", "infinity"]\n' \
+    # SIGKILL: `sleep` as PID 1 ignores SIGTERM, and a stop would wait out its timeout.
+    printf 'FROM %s\nLABEL org.pairserve.lab=true org.pairserve.stand-in=gpustack/runtime:%s\nSTOPSIGNAL SIGKILL\nCMD ["sleep", "infinity"]\n' \
       "$PAIRSERVE_NODE_IMAGE" "$tag" >"$ctx/Containerfile"
     podman build --quiet --network none -t "docker.io/gpustack/runtime:$tag" "$ctx" >/dev/null
     rm -rf "$ctx"
@@ -131,17 +152,21 @@ build_runtime_stand_ins() {
   done
 }
 
-up() {
+start() {  # everything before the first converge; molecule default's create step runs this too
   mkdir -p "$state"
-  local start=$SECONDS
   phase caches bash scripts/build_caches.sh
   phase "replica image" pairserve_build_vllm_cpu_image "$vllm_version"
   phase "runtime stand-ins" build_runtime_stand_ins
-  phase "host services" bash -c "$(declare -f start_podman_service start_hub); root=$root state=$state run_dir=$run_dir; start_podman_service && start_hub"
+  phase "host services" bash -c "$(declare -f stop_pid start_podman_service start_hub); root=$root state=$state run_dir=$run_dir hub_vars=$hub_vars; start_podman_service && start_hub"
   phase nodes start_nodes
+}
+
+up() {
+  local start=$SECONDS
+  start
   phase "first converge" converge "$state/converge-1.log"
   phase "second converge" converge "$state/converge-2.log"
-  phase "check mode" converge "$state/converge-check.log" --check
+  phase "check mode" check_converge "$state/converge-check.log"
   local second check
   second=$(recap_changed "$state/converge-2.log")
   check=$(recap_changed "$state/converge-check.log")
@@ -151,7 +176,7 @@ up() {
   total: $((SECONDS - start)) s
 $(for k in caches "replica image" "runtime stand-ins" "host services" nodes "first converge" "second converge" "check mode"; do printf '  %-16s %5s s\n' "$k" "${took[$k]}"; done)
   second converge: changed=$second, $((100 * took["second converge"] / (took["first converge"] > 0 ? took["first converge"] : 1)))% of the first converge's time (target <= 25 %)
-  --check on the converged lab: changed=$check
+  --check on the converged lab: changed=$check (at -vvv: $state/converge-check.log)
 
 === the endpoint (GPUStack on node-a, on this machine's network)
   route: qwen  (replicas qwen-node-a 58 %, qwen-node-b 42 %, CPU vLLM $vllm_version, tiny test model)
@@ -168,21 +193,56 @@ down() {
   for node in "${nodes[@]}"; do
     podman rm -f -t 10 "pairserve-lab-$node" >/dev/null 2>&1 || true
   done
-  # Replica containers the workers started through the service (gpustack-runtime names them after the model).
-  if [ -S "$run_dir/podman.sock" ]; then
-    lab_podman ps -a --format '{{.Names}}' | grep -E '^qwen-' | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f -t 5 >/dev/null 2>&1 || true
+  # Replica containers the workers started through the service: gpustack-runtime labels every container
+  # of a workload (the replica and its pause container) with runtime.gpustack.ai/workload.
+  if [ -f "$state/containers.conf" ]; then
+    lab_podman ps -aq --filter label=runtime.gpustack.ai/workload | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f -t 5 >/dev/null || true
   fi
   stop_pid "$state/hub.pid"
   stop_pid "$state/podman.pid"
-  rm -rf "$run_dir" "$data_dir" "$state"
+  rm -rf "$run_dir" "$data_dir" "$state" "$hub_vars"
   if [ "${1:-}" = --images ]; then
     podman rmi -f "$image" "$PAIRSERVE_NODE_IMAGE" docker.io/gpustack/runtime:pause docker.io/gpustack/runtime:health >/dev/null 2>&1 || true
   fi
   echo "lab: down (cached images kept unless --images: $image, $PAIRSERVE_NODE_IMAGE)"
 }
 
+leftovers() {  # prints what the lab left behind (nothing after a clean `down`); fails if anything
+  local found=()
+  mapfile -t -O ${#found[@]} found < <(podman ps -a --format 'container {{.Names}}' --filter label=org.pairserve.lab=true 2>/dev/null)
+  mapfile -t -O ${#found[@]} found < <(podman ps -a --format 'container {{.Names}}' --filter label=runtime.gpustack.ai/workload 2>/dev/null)
+  local path
+  for path in "$state" "$run_dir" "$data_dir" "$hub_vars"; do [ -e "$path" ] && found+=("path $path"); done
+  mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab_hub.py|podman system service .*pairserve-lab' | sed 's/^/process /')
+  # The lab's listeners: GPUStack API and workers, PostgreSQL on node-a, replica port ranges.
+  mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
+    grep -E ':(30080|10150|10151|10161|10170|10171|5432|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
+  if [ ${#found[@]} -gt 0 ]; then
+    printf 'lab: left behind: %s\n' "${found[@]}" >&2
+    return 1
+  fi
+  echo "lab: nothing left behind (no lab container, replica container, process, listener or state directory)"
+}
+
+lab_test() {  # what CI runs: up, the test suite against the running lab, down, and nothing left behind
+  local rc=0
+  up || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    echo "=== lab: tests against the running lab (molecule/default/tests)"
+    PAIRSERVE_CHECK_LOG=$state/converge-check.log python -m pytest -p no:cacheprovider -q \
+      --rootdir=molecule/default molecule/default/tests || rc=$?
+  fi
+  local start=$SECONDS
+  down
+  echo "=== lab: down took $((SECONDS - start)) s"
+  leftovers || rc=1
+  return "$rc"
+}
+
 case "${1:-up}" in
   up) up ;;
-  down) shift; down "$@" ;;
-  *) echo "usage: $0 up|down [--images]" >&2; exit 2 ;;
+  start) start ;;
+  down) shift; down "$@" && leftovers ;;
+  test) lab_test ;;
+  *) echo "usage: $0 up|start|down [--images]|test" >&2; exit 2 ;;
 esac
