@@ -5,7 +5,7 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: deps caches lint sanity unit integration molecule release-check docs test lab lab-down bench
+.PHONY: deps caches lint sanity unit integration molecule lab-test release-check docs test lab lab-down bench
 
 deps: ## apt packages, the pinned venv, dependency collections, the in-place collection link
 	bash scripts/bootstrap.sh
@@ -25,7 +25,10 @@ unit: deps ## fast tests: modules through Ansible over recorded NVML, rendering,
 integration: caches ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU)
 	bash scripts/pytest.sh tests/integration
 
-molecule: deps ## every molecule scenario in podman containers
+lab-test: deps ## the lab end to end: up (figures), the testinfra suite against it, down, nothing left behind
+	bash scripts/lab.sh test
+
+molecule: deps ## every molecule scenario in podman containers (default = the control plane alone, private network)
 	bash scripts/build_caches.sh gpustack
 	bash scripts/molecule.sh
 
@@ -35,7 +38,9 @@ release-check: deps ## build + install the tarball, ansible-doc, a play from the
 docs: deps ## regenerate docs/reference/ from argument_specs and module documentation
 	.venv/bin/python scripts/gen_docs.py
 
-test: deps lint sanity unit integration molecule release-check ## the whole test suite (what CI runs)
+# The lab test runs molecule/default's testinfra suite against the lab, a superset of that scenario (same node
+# image, inventory and control-plane play, plus serving), so CI does not converge the control plane twice.
+test: deps lint sanity unit integration lab-test release-check ## the whole test suite (what CI runs)
 
 lab: deps ## the main job on its embedded default: the local lab
 	bash scripts/lab.sh up

@@ -1,6 +1,7 @@
-"""pytest-testinfra checks of molecule/default: the control plane converged by playbooks/control_plane.yml.
+"""pytest-testinfra checks of the lab's control plane (molecule/default, `scripts/lab.sh test`).
 
-Runs on the controller (molecule's verify.yml) against the node containers through testinfra's podman backend.
+Runs on the controller against the lab's node containers through testinfra's podman backend, after site.yml
+converged them with inventory/lab.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from pathlib import Path
 import pytest
 import testinfra
 
-NODE_A = "pairserve-mol-node-a"
-NODE_B = "pairserve-mol-node-b"
+# The node containers: the lab's (scripts/lab.sh) unless the caller names others.
+NODE_A = os.environ.get("PAIRSERVE_NODE_A", "pairserve-lab-node-a")
+NODE_B = os.environ.get("PAIRSERVE_NODE_B", "pairserve-lab-node-b")
 REPO = Path(__file__).resolve().parents[3]
 LAB_VARS = REPO / "inventory" / "lab" / "group_vars" / "all" / "control_plane.yml"
+# The lab hub's endpoint and commit are in its group_vars (inventory/lab/group_vars/all/lab_hub.yml,
+# written by scripts/lab.sh).
+INVENTORY = REPO / "inventory" / "lab" / "hosts.yml"
 API = "http://127.0.0.1:30080"
 EXPECTED_GPUS = {"node-a": "NVIDIA GeForce RTX 5080", "node-b": "NVIDIA GeForce RTX 4070 Ti SUPER"}
 
@@ -149,30 +154,40 @@ def test_no_secret_in_the_journal(node, secrets):
     assert not leaked, f"found in the journal of {node}: {leaked}"
 
 
-def test_no_secret_in_verbose_output_and_idempotent(secrets):
-    """A -vvv converge prints nothing secret, and it changes nothing."""
-    inventory = os.environ["PAIRSERVE_MOLECULE_INVENTORY"]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               MOLECULE_PROJECT_DIRECTORY=str(REPO))
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", os.path.dirname(inventory),
-         str(REPO / "molecule" / "default" / "converge.yml")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
-    # molecule forces colour on; the recap is matched on the plain text.
-    output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
-    assert proc.returncode == 0, output[-4000:]
+def _ansible_env():
+    return dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+
+
+def test_no_secret_in_verbose_check_mode_and_no_change(secrets):
+    """site.yml in check mode at -vvv on the converged lab prints nothing secret and changes nothing.
+
+    scripts/lab.sh runs exactly this as its check-mode phase and names the log in PAIRSERVE_CHECK_LOG; run
+    alone, the test runs it itself.
+    """
+    log = os.environ.get("PAIRSERVE_CHECK_LOG")
+    if log:
+        output = Path(log).read_text(encoding="utf-8", errors="replace")
+    else:
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "--check", "-i", str(INVENTORY),
+             str(REPO / "site.yml")],
+            cwd=REPO, env=_ansible_env(), capture_output=True, text=True, timeout=1200, check=False)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, output[-4000:]
+    output = re.sub(r"\x1b\[[0-9;]*m", "", output)
+    assert "ESTABLISH" in output or "<node-a>" in output, "the log is not a -vvv run: nothing was checked"
     leaked = [name for name, value in secrets.items() if value in output]
     assert not leaked, f"-vvv output shows: {leaked}"
-    recap = re.findall(r"^(pairserve-mol-node-[ab])\s*:.*?changed=(\d+)", output, re.M)
-    assert len(recap) == 2 and all(changed == "0" for _host, changed in recap), recap
+    recap = dict(re.findall(r"^(node-[ab]|localhost)\s*:.*?changed=(\d+)", output, re.M))
+    assert {"node-a", "node-b"} <= set(recap), recap
+    assert all(changed == "0" for changed in recap.values()), recap
 
 
 def test_wrong_admin_password_names_the_cause():
-    inventory = os.environ["PAIRSERVE_MOLECULE_INVENTORY"]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env = _ansible_env()
     args = {"api_url": API, "username": "admin", "password": "wrong-password-123", "name": "pairserve"}
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), NODE_A, "-i", os.path.dirname(inventory),
+        [str(Path(sys.executable).parent / "ansible"), "node-a", "-i", str(INVENTORY),
          "-m", "pairserve.llm.gpustack_cluster", "-a", json.dumps(args)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode != 0
@@ -180,13 +195,12 @@ def test_wrong_admin_password_names_the_cause():
 
 
 def test_unreachable_server_names_the_cause():
-    inventory = os.environ["PAIRSERVE_MOLECULE_INVENTORY"]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env = _ansible_env()
     # node-b asks node-a on a port nothing listens on.
     args = {"api_url": "http://127.0.0.1:1", "password": "whatever-123", "gather": ["workers"],
             "retries": 0, "timeout": 5}
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), NODE_B, "-i", os.path.dirname(inventory),
+        [str(Path(sys.executable).parent / "ansible"), "node-b", "-i", str(INVENTORY),
          "-m", "pairserve.llm.gpustack_info", "-a", json.dumps(args)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode != 0
