@@ -194,9 +194,10 @@ down() {
     podman rm -f -t 10 "pairserve-lab-$node" >/dev/null 2>&1 || true
   done
   # Replica containers the workers started through the service: gpustack-runtime labels every container
-  # of a workload (the replica and its pause container) with runtime.gpustack.ai/workload.
+  # of a workload (the replica and its pause container) <prefix>/workload; each lab worker has its own
+  # prefix, <node>.runtime.gpustack.ai (inventory/lab/group_vars/all/control_plane.yml).
   if [ -f "$state/containers.conf" ]; then
-    lab_podman ps -aq --filter label=runtime.gpustack.ai/workload | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f -t 5 >/dev/null || true
+    workload_containers | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f -t 5 >/dev/null || true
   fi
   stop_pid "$state/hub.pid"
   stop_pid "$state/podman.pid"
@@ -207,10 +208,14 @@ down() {
   echo "lab: down (cached images kept unless --images: $image, $PAIRSERVE_NODE_IMAGE)"
 }
 
+workload_containers() {  # ids of the containers gpustack-runtime started, whatever the workers' label prefix
+  podman ps -a --format '{{.ID}} {{.Labels}}' 2>/dev/null | awk '/runtime\.gpustack\.ai\/workload:/{print $1}'
+}
+
 leftovers() {  # prints what the lab left behind (nothing after a clean `down`); fails if anything
   local found=()
   mapfile -t -O ${#found[@]} found < <(podman ps -a --format 'container {{.Names}}' --filter label=org.pairserve.lab=true 2>/dev/null)
-  mapfile -t -O ${#found[@]} found < <(podman ps -a --format 'container {{.Names}}' --filter label=runtime.gpustack.ai/workload 2>/dev/null)
+  mapfile -t -O ${#found[@]} found < <(workload_containers | sed 's/^/container /')
   local path
   for path in "$state" "$run_dir" "$data_dir" "$hub_vars"; do [ -e "$path" ] && found+=("path $path"); done
   mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab_hub.py|podman system service .*pairserve-lab' | sed 's/^/process /')
