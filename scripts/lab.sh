@@ -197,7 +197,7 @@ down() {
   # of a workload (the replica and its pause container) <prefix>/workload; each lab worker has its own
   # prefix, <node>.runtime.gpustack.ai (inventory/lab/group_vars/all/control_plane.yml).
   if [ -f "$state/containers.conf" ]; then
-    workload_containers | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f -t 5 >/dev/null || true
+    workload_containers | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f --depend -t 5 >/dev/null || true
   fi
   stop_pid "$state/hub.pid"
   stop_pid "$state/podman.pid"
