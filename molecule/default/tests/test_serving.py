@@ -28,8 +28,8 @@ PAIRS = {"node-a": ["node-a:cuda:0", "node-a:cuda:1"], "node-b": ["node-b:cuda:0
 
 
 def call(path, key, body=None, timeout=60):
-    req = urllib.request.Request(API + path, headers={"Authorization": f"Bearer {key}",
-                                                     "Content-Type": "application/json"},
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    req = urllib.request.Request(API + path, headers=headers,
                                  data=json.dumps(body).encode() if body is not None else None)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
