@@ -29,7 +29,7 @@ import pytest
 from support.ansible_runner import REPO, run_module, run_playbook
 from support.gpustack_server import _clean_env, ensure_venv, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.day2]
 
 NVML = REPO / "tests" / "fixtures" / "nvml"
 NODE_PYTHON = REPO / ".cache" / "recorded-node-venv" / "bin" / "python"
