@@ -180,7 +180,7 @@ $(for k in caches "replica image" "runtime stand-ins" "host services" nodes "fir
 
 === the endpoint (GPUStack on node-a, on this machine's network)
   route: qwen  (replicas qwen-node-a 58 %, qwen-node-b 42 %, CPU vLLM $vllm_version, tiny test model)
-  key:   the inference API key is root-only on node-a: KEY=$(podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key)
+  key:   the inference API key is root-only on node-a: KEY=\$(podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key)
   curl -s http://127.0.0.1:30080/v1/chat/completions -H "Authorization: Bearer \$KEY" \\
        -H 'Content-Type: application/json' -d '{"model": "qwen", "temperature": 0,
        "messages": [{"role": "user", "content": "Is the pair ready?"}]}'
