@@ -21,6 +21,7 @@ except ImportError:  # nvml.Nvml reports it with the package to install
     pynvml = None
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml
+from ansible_collections.pairserve.llm.plugins.module_utils.bench import metric
 
 HOURS_PER_YEAR = 8766  # 365.25 days: the seed's 124.4 W -> 1,090 kWh (1.09 MWh) a year
 PHASES = ("idle", "loaded")
@@ -210,24 +211,15 @@ def bench_targets_of(report: dict) -> dict:
     return {t["name"]: t.get("measurement") or {} for t in targets if isinstance(t, dict) and "name" in t}
 
 
-def _figure(measurement: dict, path: tuple):
-    value = measurement
-    for key in path:
-        if not isinstance(value, dict) or value.get(key) is None:
-            return None
-        value = value[key]
-    return value
-
-
 def bench_block(measurements: dict, target: str, mean_w, phase: str) -> dict:
     if target not in measurements:
         raise PowerError(f"bench_targets names {target!r}, which the bench report did not measure (it has: "
                          f"{', '.join(sorted(measurements)) or 'no targets'})")
     measurement = measurements[target]
     block = {"target": target,
-             "concurrency": _figure(measurement, ("concurrency", "concurrency"))}
+             "concurrency": metric(measurement, ("concurrency", "concurrency"))}
     for key, path, dummy in BENCH_FIGURES:
-        block[key] = _figure(measurement, path)
+        block[key] = metric(measurement, path)
     # Tokens per second per watt = tokens per joule. Only a loaded window measures the watts that produced
     # those tokens; dividing by idle draw would flatter every card, most of all the one that idles lowest.
     if phase == "loaded" and mean_w:
