@@ -618,6 +618,80 @@ def policy_from_config(cfg):
     )
 
 
+KNOWN_KEYS = {
+    "gpustack": ("url", "api_key", "api_key_file", "route", "timeout"),
+    "controller": ("mode", "interval", "horizon", "min_weight", "max_weight", "min_change", "hold",
+                   "prior_prompt_tokens", "prior_generation_tokens", "wake_log"),
+    "sleep": ("enabled", "replica", "idle_minutes", "wake_waiting", "wake_prompt_tokens", "drain_grace",
+              "wake_timeout"),
+    "replica": ("prefill_tps", "decode_tps", "static_weight", "metrics_url", "served_model_name"),
+}
+
+
+def check_config(cfg):
+    """The Policy of a configuration the service can start with; ValueError naming the first problem.
+
+    Stricter than what ``main`` needs to start: a key no section knows is refused (a misspelt ``idle_minute``
+    would otherwise leave the default in force without a word), and so are a missing route, URL or API key,
+    bounds that cannot hold and a wake log outside an absolute path. The role runs it as the ``validate``
+    step before a new configuration replaces the old one.
+    """
+    sections = [(name, cfg[name], KNOWN_KEYS[name]) for name in ("gpustack", "controller", "sleep")]
+    sections += [("replica %s" % name, rep, KNOWN_KEYS["replica"]) for name, rep in cfg["replicas"].items()]
+    for title, section, known in sections:
+        unknown = sorted(set(section) - set(known))
+        if unknown:
+            raise ValueError("config: [%s] has unknown key(s) %s (known: %s)"
+                             % (title, ", ".join(unknown), ", ".join(known)))
+    policy = policy_from_config(cfg)
+    gcfg = cfg["gpustack"]
+    if not str(gcfg.get("route") or "").strip():
+        raise ValueError("config: [gpustack] route is required (the route name clients call)")
+    url = str(gcfg.get("url") or "")
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError("config: [gpustack] url = %r is not an http(s) URL of the GPUStack server" % url)
+    if not (str(gcfg.get("api_key") or "").strip() or gcfg.get("api_key_file")):
+        raise ValueError("config: [gpustack] needs api_key or api_key_file (a GPUStack key with the management "
+                         "scope: the route and model PUTs need it)")
+    if _num(gcfg, "timeout", 10) <= 0:
+        raise ValueError("config: [gpustack] timeout must be above 0 seconds")
+    ctl = cfg["controller"]
+    for key, default in (("interval", 5), ("horizon", 30)):
+        if _num(ctl, key, default) <= 0:
+            raise ValueError("config: [controller] %s must be above 0 seconds" % key)
+    for key in ("hold", "prior_prompt_tokens", "prior_generation_tokens"):
+        if _num(ctl, key, 0) < 0:
+            raise ValueError("config: [controller] %s must not be negative" % key)
+    if not 0 <= policy.min_weight <= policy.max_weight <= 100:
+        raise ValueError("config: [controller] needs 0 <= min_weight (%d) <= max_weight (%d) <= 100"
+                         % (policy.min_weight, policy.max_weight))
+    if policy.min_change < 1:
+        raise ValueError("config: [controller] min_change must be at least 1 weight point")
+    wake_log = ctl.get("wake_log")
+    if wake_log and not wake_log.startswith("/"):
+        raise ValueError("config: [controller] wake_log = %r must be an absolute path" % wake_log)
+    if any(w < 0 for w in policy.static.values()) or sum(policy.static.values()) <= 0:
+        raise ValueError("config: static_weight values must be >= 0 with at least one above 0 (got %s)"
+                         % ", ".join("%s=%g" % kv for kv in policy.static.items()))
+    if policy.sleep_enabled:
+        for key, value in (("idle_minutes", policy.idle_s), ("wake_waiting", policy.wake_waiting),
+                           ("wake_prompt_tokens", policy.wake_prompt_tokens), ("wake_timeout", policy.wake_timeout_s)):
+            if value <= 0:
+                raise ValueError("config: [sleep] %s must be above 0" % key)
+        if policy.drain_grace_s < 0:
+            raise ValueError("config: [sleep] drain_grace must not be negative")
+    return policy
+
+
+def describe_policy(policy, cfg):
+    """One line saying what a checked configuration will do (what ``--check-config`` prints)."""
+    reps = ", ".join("%s (static %g)" % (n, policy.static[n]) for n in policy.names)
+    sleep = "sleep off"
+    if policy.sleep_enabled:
+        sleep = "sleep %s after %g min idle" % (policy.sleeper, policy.idle_s / 60.0)
+    return "route %s, mode %s, replicas %s, %s" % (cfg["gpustack"].get("route"), policy.mode, reps, sleep)
+
+
 # -- I/O ------------------------------------------------------------------------------------------------
 
 class ApiError(Exception):
@@ -814,10 +888,36 @@ class Controller:
             else:
                 self.state = State()
             self.state = dataclasses.replace(self.state, weights=current)
+        elif not self.dry_run:  # a dry run's state is what it would have done, not what GPUStack has
+            self._resync(models, inputs, current)
         self.state, actions = step(self.state, inputs, self.policy)
         for action in actions:
             self.apply(action, route, targets, models)
         return actions
+
+    def _resync(self, models, inputs, current):
+        """Adopt what changed in GPUStack outside the controller since the last tick, so ``step`` corrects it.
+
+        A site.yml run does that: the route role puts its static weights back and the replica role sets
+        ``replicas: 1`` - a sleeping replica would get route weight with no instance (503s) while the controller
+        trusted its memory. Also a route PUT that failed half-way.
+        """
+        state = self.state
+        if current != state.weights:
+            LOG.warning("route %s has weights %s, not the %s set last: changed outside the controller",
+                        self.route_name, current, state.weights)
+            state = dataclasses.replace(state, weights=current, last_weights_at=None)
+        pol = self.policy
+        if pol.sleep_enabled:
+            replicas = models[pol.sleeper].get("replicas", 1)
+            if state.phase == SLEEPING and replicas > 0:
+                LOG.warning("%s was scaled to %s outside the controller while asleep: treated as a wake",
+                            pol.sleeper, replicas)
+                state = dataclasses.replace(state, phase=WAKING, wake_started=inputs.now, wake_timeout_reported=False)
+            elif state.phase in (WARM, WAKING) and replicas == 0:
+                LOG.warning("%s was scaled to zero outside the controller: treated as asleep", pol.sleeper)
+                state = dataclasses.replace(state, phase=SLEEPING, wake_started=None, idle_since=None)
+        self.state = state
 
     def apply(self, action, route, targets, models):
         if action.kind == "log":
@@ -853,12 +953,30 @@ def main(argv=None):
     parser.add_argument("--dry-run", action="store_true", help="observe and decide, change nothing")
     parser.add_argument("--interval", type=float, help="seconds between ticks (default: [controller] interval or 5)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--api-key-file", metavar="PATH",
+                        help="read the GPUStack API key from PATH instead of the configuration's api_key / "
+                             "api_key_file (the systemd unit passes its credential directory here)")
+    parser.add_argument("--check-config", metavar="PATH",
+                        help="check the configuration PATH (unknown keys, bounds, route, URL, key), print what it "
+                             "would do and exit: 0 usable, 2 not")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(message)s")
+    if args.check_config:
+        try:
+            cfg = read_config(args.check_config)
+            policy = check_config(cfg)
+        except (OSError, ValueError, configparser.Error) as err:
+            print("%s: %s" % (args.check_config, err), file=sys.stderr)
+            return 2
+        print("%s: ok: %s" % (args.check_config, describe_policy(policy, cfg)))
+        return 0
     try:
         cfg = read_config(args.config)
+        if args.api_key_file:
+            cfg["gpustack"].pop("api_key", None)
+            cfg["gpustack"]["api_key_file"] = args.api_key_file
         ctl = Controller(cfg, dry_run=args.dry_run)
-    except (OSError, ValueError, ApiError) as err:
+    except (OSError, ValueError, ApiError, configparser.Error) as err:
         LOG.error("cannot start: %s", err)
         return 2
     interval = args.interval or _num(cfg["controller"], "interval", 5)
