@@ -54,6 +54,8 @@ CLUSTER_NAME = "pytest"
 WORKER_NAME = "node-test"
 # Tool versions GPUStack 2.2.3's ToolsManager checks in third_party/bin/versions.json.
 TOOL_VERSIONS = {"gguf-parser": "v0.25.0", "fastfetch": "2.25.0.1"}
+# Other releases check other versions (a mismatch makes the worker download the tool at start, offline: abort).
+TOOL_VERSIONS_BY_GPUSTACK = {"2.2.3": TOOL_VERSIONS, "2.3.0": {"gguf-parser": "v0.26.4", "fastfetch": "2.25.0.1"}}
 # Bump when ensure_venv() changes what goes into the venv, so cached venvs are rebuilt.
 VENV_RECIPE = 1
 
@@ -70,7 +72,7 @@ def _log(msg: str) -> None:
 
 # -- venv -----------------------------------------------------------------------------------------
 
-def _placeholder_tools_archive(path: Path) -> None:
+def _placeholder_tools_archive(path: Path, tools: dict) -> None:
     script = ("#!/bin/sh\necho 'pairserve test placeholder for GPUStack tool {name}: the real binary is not "
               "available offline; this worker declares static resources and serves no GGUF model' >&2\nexit 127\n")
     with tarfile.open(path, "w:gz") as tar:
@@ -79,9 +81,9 @@ def _placeholder_tools_archive(path: Path) -> None:
             info.size = len(data)
             info.mode = mode
             tar.addfile(info, io.BytesIO(data))
-        for tool in TOOL_VERSIONS:
+        for tool in tools:
             add(f"./{tool}/{tool}", script.format(name=tool).encode(), 0o755)
-        add("./versions.json", json.dumps(TOOL_VERSIONS).encode(), 0o644)
+        add("./versions.json", json.dumps(tools).encode(), 0o644)
 
 
 def ensure_venv(version: str = DEFAULT_VERSION) -> Path:
@@ -91,7 +93,8 @@ def ensure_venv(version: str = DEFAULT_VERSION) -> Path:
     wheelhouse = CACHE / "wheelhouse" / f"gpustack-{version}"
     venv = CACHE / "gpustack" / f"venv-{version}"
     stamp = venv.parent / f"venv-{version}.stamp"
-    recipe = json.dumps({"recipe": VENV_RECIPE, "tools": TOOL_VERSIONS}).encode()
+    tools = TOOL_VERSIONS_BY_GPUSTACK.get(version, TOOL_VERSIONS)
+    recipe = json.dumps({"recipe": VENV_RECIPE, "tools": tools}).encode()
     want = hashlib.sha256(constraints.read_bytes() + recipe
                           + (wheelhouse.parent / f"gpustack-{version}.stamp").read_bytes()).hexdigest()
     if (venv / "bin" / "gpustack").exists() and stamp.exists() and stamp.read_text() == want:
@@ -104,7 +107,7 @@ def ensure_venv(version: str = DEFAULT_VERSION) -> Path:
                     "-c", str(constraints), f"gpustack=={version}"], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "tools.tar.gz"
-        _placeholder_tools_archive(archive)
+        _placeholder_tools_archive(archive, tools)
         subprocess.run([str(venv / "bin" / "gpustack"), "download-tools", "--load-archive", str(archive)],
                        check=True, env=_clean_env({}))
     stamp.write_text(want)
