@@ -33,7 +33,7 @@ def ours(client, model, output_len, requests):
     runs = []
     for dummy in range(requests):
         res = bench.stream_chat(client, {"model": model, "max_tokens": output_len, "temperature": 0, "ignore_eos": True,
-                                         "messages": [{"role": "user", "content": bench.SHORT_PROMPT}]})
+                                         "messages": [{"role": "user", "content": bench.fresh_prompt()}]})
         if not res["ok"]:
             raise SystemExit("our measurement failed: %s" % res.get("error"))
         runs.append(res)

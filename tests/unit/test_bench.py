@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import struct
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import bench  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe  # noqa: E402
 from support.ansible_runner import run_module  # noqa: E402
 
 
@@ -115,3 +118,37 @@ def test_results_json_is_what_the_report_says(tmp_path):
     path = tmp_path / "results.json"
     bench.write_atomic(str(path), json.dumps(run))
     assert json.loads(path.read_text())["weights"] == {"qwen-node-a": 58, "qwen-node-b": 42}
+
+
+def test_measured_requests_never_repeat_a_prompt():
+    """Every single-stream and concurrent request carries a prompt vLLM has not seen, so prefix caching cannot
+    turn the measured TTFT into a cache hit's. Checked on the wire, against a local streaming endpoint."""
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server API
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body["messages"][-1]["content"])
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for text in ("a", "b", "c"):
+                self.wfile.write(b"data: " + json.dumps({"choices": [{"delta": {"content": text}}]}).encode() + b"\n\n")
+            usage = {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3}}
+            self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        client = openai_probe.Client("http://127.0.0.1:%d" % httpd.server_address[1], None, 10)
+        bench.single_stream(client, "m", 3, 3)
+        bench.concurrent(client, "m", 2, 3, 2)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(seen) == 7, seen
+    assert len(set(seen)) == len(seen), seen
+    assert all(p.endswith(bench.SHORT_PROMPT) for p in seen), seen
