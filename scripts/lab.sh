@@ -7,8 +7,21 @@
 #                         (molecule/default's create step)
 #   scripts/lab.sh down   remove every container, process and file the lab created (cached images stay,
 #                         `scripts/lab.sh down --images` removes them too), then check nothing is left
-#   scripts/lab.sh test   up, the testinfra suite molecule/default/tests against the running lab, down, and
-#                         the check that nothing is left (what `make test` runs)
+#   scripts/lab.sh upgrade   on a converged lab: playbooks/upgrade.yml with a bad vLLM pin (refused, reported,
+#                         nothing changed), with a runner image that cannot serve (drained, rolled out, failed
+#                         verification, rolled back, reported), then with the checkpoint revision pin moved to the hub's next commit,
+#                         then once more (changed=0), while a request loop counts failed requests on the route
+#                         (molecule/upgrade's side effect)
+#   scripts/lab.sh swap   on a converged lab: node-b's recorded cards become 2x RTX 4090, then
+#                         `playbooks/rebuild_node.yml --limit node-b` twice, then once more after node-b's worker
+#                         identity and pairs record were wiped (a reinstall), under the same request loop
+#                         (molecule/hardware_swap's side effect)
+#   scripts/lab.sh sleepwake   on a converged lab: the controller (issue #9) on in sleep mode with a short idle
+#                         time, node-b's replica put to sleep, a request while it sleeps, a burst of long prompts
+#                         that wakes it, the wake time measured; then the controller off again
+#   scripts/lab.sh test   up, the testinfra suites of molecule/default, then upgrade and swap with their suites
+#                         (molecule/upgrade, molecule/hardware_swap), down, and the check that nothing is left
+#                         (what `make test` runs)
 #
 # What the lab substitutes for real hardware (every output says so too): node-a and node-b are podman
 # containers with systemd on the host's network; their GPUs are the recorded hosts (2x RTX 5080, 2x RTX 4070
@@ -53,6 +66,133 @@ stop_pid() {  # stop_pid <pidfile>: SIGTERM, wait, SIGKILL; only the process we 
     kill -9 "$pid" 2>/dev/null || true
   fi
   rm -f "$file"
+}
+
+# -- day 2 on the lab: upgrade and hardware swap, each under a bounded request loop on the route ----------
+
+start_load() {  # start_load <dir>: the request loop in the background, its key copied root-only from node-a
+  local dir=$1
+  mkdir -p "$dir"
+  (umask 077 && podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key >"$dir/key")
+  setsid python scripts/route_load.py --url http://127.0.0.1:30080 --model qwen --key-file "$dir/key" \
+    --summary "$dir/load.json" --concurrency 2 --max-seconds 2400 >"$dir/load.log" 2>&1 &
+  echo $! >"$dir/load.pid"
+}
+
+stop_load() {  # stop_load <dir>: SIGTERM the loop (it writes its summary), print its last line
+  local dir=$1
+  stop_pid "$dir/load.pid"
+  rm -f "$dir/key"
+  tail -n 1 "$dir/load.log"
+}
+
+play() {  # play <log> <rc file> <playbook> [args...]: run a play, keep its log and exit status, never abort
+  local log=$1 rcfile=$2 book=$3 rc=0
+  shift 3
+  ansible-playbook -i inventory/lab/hosts.yml "$book" "$@" >"$log" 2>&1 || rc=$?
+  echo "$rc" >"$rcfile"
+  echo "  $(basename "$log" .log): rc=$rc, changed=$(recap_changed "$log") ($log)"
+}
+
+set_pin() {  # set_pin <var> <value>: change one pin in the lab's generated inventory file, atomically
+  python - "$hub_vars" "$1" "$2" <<'PY'
+import json, os, sys
+path, key, value = sys.argv[1:4]
+text = open(path).read()
+header = "".join(line for line in text.splitlines(True) if line.startswith("#"))
+data = json.loads("".join(line for line in text.splitlines(True) if not line.startswith("#")))
+data[key] = value
+with open(path + ".tmp", "w") as f:
+    f.write(header)
+    json.dump(data, f, indent=1)
+    f.write("\n")
+os.replace(path + ".tmp", path)
+PY
+}
+
+day2_upgrade() {
+  local dir=$state/upgrade start=$SECONDS next
+  next=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["next_revision"])' "$state/hub.json")
+  mkdir -p "$dir"
+  start_load "$dir"
+  echo "=== lab upgrade: a vLLM pin without a runner image (expected to fail before anything changes)"
+  play "$dir/bad-pin.log" "$dir/bad-pin.rc" playbooks/upgrade.yml \
+    -e '{"pairserve_vllm_version": "0.99.0", "pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.99.0"}'
+  # A runner image that exists but cannot serve (the pause image under another name): the replica is drained,
+  # registered with it, rolled out, fails verification, and is put back exactly as it was.
+  lab_podman tag docker.io/gpustack/runtime:pause localhost/pairserve-vllm-cpu:broken
+  echo "=== lab upgrade: a runner image that cannot serve (expected: drained, verified, rolled back)"
+  play "$dir/broken-image.log" "$dir/broken-image.rc" playbooks/upgrade.yml \
+    -e '{"pairserve_runner_image": "localhost/pairserve-vllm-cpu:broken", "pairserve_verify_wait_timeout": 150}'
+  lab_podman rmi localhost/pairserve-vllm-cpu:broken >/dev/null || true
+  echo "=== lab upgrade: pairserve_checkpoint_revision -> $next (the hub's next commit)"
+  set_pin pairserve_checkpoint_revision "$next"
+  play "$dir/upgrade-1.log" "$dir/upgrade-1.rc" playbooks/upgrade.yml
+  echo "=== lab upgrade: the same pins again (expected changed=0)"
+  play "$dir/upgrade-2.log" "$dir/upgrade-2.rc" playbooks/upgrade.yml
+  echo "=== lab upgrade: the route under load while the plays ran"
+  stop_load "$dir"
+  echo "=== lab upgrade took $((SECONDS - start)) s"
+}
+
+day2_swap() {
+  local dir=$state/hardware_swap start=$SECONDS
+  mkdir -p "$dir"
+  # The cards of node-b change: its recorded NVML host becomes 2x RTX 4090 (24 GiB). A user edits host_vars;
+  # the lab keeps its inventory as committed and passes the swap as an extra-vars file for both runs.
+  printf 'pairserve_nvml_replay_source: %s/tests/fixtures/nvml/node-b-2x4090.json\n' "$root" >"$dir/swap.yml"
+  # What GPUStack has before, so the suite can prove node-a's replica was not touched.
+  python - "$dir/before.json" <<'PY'
+import json, sys
+sys.path.insert(0, "tests")
+from support.lab_api import items, read_keys
+key = read_keys()["management"]
+snap = {"models": {m["name"]: m for m in items("/v2/models", key)},
+        "instances": {i["model_name"]: i for i in items("/v2/model-instances", key)}}
+open(sys.argv[1], "w").write(json.dumps(snap, indent=1))
+PY
+  start_load "$dir"
+  echo "=== lab swap: node-b now has 2x RTX 4090; rebuild_node.yml --limit node-b"
+  play "$dir/rebuild-1.log" "$dir/rebuild-1.rc" playbooks/rebuild_node.yml --limit node-b -e "@$dir/swap.yml"
+  echo "=== lab swap: rebuild_node.yml --limit node-b again (expected changed=0)"
+  play "$dir/rebuild-2.log" "$dir/rebuild-2.rc" playbooks/rebuild_node.yml --limit node-b -e "@$dir/swap.yml"
+  # A reinstall from scratch loses the worker's identity (GPUStack's worker_uuid in its data directory) and the
+  # pairs record: the node must re-join under its name without a ghost worker or an orphaned replica.
+  echo "=== lab swap: node-b reinstalled (worker data directory and pairs record wiped); rebuild_node.yml --limit node-b"
+  podman exec pairserve-lab-node-b sh -c 'systemctl stop gpustack-worker && rm -rf /var/lib/gpustack-worker /var/lib/pairserve/pairs.json'
+  play "$dir/reinstall.log" "$dir/reinstall.rc" playbooks/rebuild_node.yml --limit node-b -e "@$dir/swap.yml"
+  echo "=== lab swap: the route under load while the plays ran"
+  stop_load "$dir"
+  echo "=== lab swap took $((SECONDS - start)) s"
+}
+
+day2_sleepwake() {
+  local dir=$state/sleep_wake start=$SECONDS
+  mkdir -p "$dir"
+  # The lab's settings: sleep after 30 s idle (not 30 min), look every 2 s, wake when node-a has 2 requests
+  # waiting; the speeds are the lab's CPU replicas' (docs/lab.md: ~250 tok/s each at 4 sequences).
+  cat >"$dir/controller.yml" <<'YAML'
+pairserve_controller_enabled: true
+pairserve_controller_mode: sleep
+pairserve_controller_sleep_replica: qwen-node-b
+pairserve_controller_idle_minutes: 0.5
+pairserve_controller_drain_grace: 5
+pairserve_controller_wake_waiting: 2
+pairserve_controller_wake_prompt_tokens: 6000
+pairserve_controller_interval: 2
+pairserve_controller_hold: 4
+pairserve_controller_wake_timeout: 600
+pairserve_controller_replicas:
+  - {name: qwen-node-a, prefill_tps: 2000, decode_tps: 250, static_weight: 58}
+  - {name: qwen-node-b, prefill_tps: 2000, decode_tps: 245, static_weight: 42}
+YAML
+  echo "=== lab sleep/wake: the controller on (sleep mode, 30 s idle)"
+  play "$dir/enable.log" "$dir/enable.rc" playbooks/controller.yml -e "@$dir/controller.yml"
+  python scripts/lab_sleep_wake.py --dir "$dir" --result "$dir/result.json" || echo $? >"$dir/demo.rc"
+  podman exec pairserve-lab-node-a journalctl -u pairserve-controller --no-pager -o short-iso >"$dir/controller.journal" 2>&1 || true
+  echo "=== lab sleep/wake: the controller off again"
+  play "$dir/disable.log" "$dir/disable.rc" playbooks/controller.yml -e pairserve_controller_enabled=false
+  echo "=== lab sleep/wake took $((SECONDS - start)) s"
 }
 
 lab_podman() { CONTAINERS_CONF=$state/containers.conf podman "$@"; }
@@ -218,7 +358,7 @@ leftovers() {  # prints what the lab left behind (nothing after a clean `down`);
   mapfile -t -O ${#found[@]} found < <(workload_containers | sed 's/^/container /')
   local path
   for path in "$state" "$run_dir" "$data_dir" "$hub_vars"; do [ -e "$path" ] && found+=("path $path"); done
-  mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab_hub.py|podman system service .*pairserve-lab' | sed 's/^/process /')
+  mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab_hub.py|route_load.py|podman system service .*pairserve-lab' | sed 's/^/process /')
   # The lab's listeners: GPUStack API and workers, PostgreSQL on node-a, replica port ranges.
   mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
     grep -E ':(30080|10150|10151|10161|10170|10171|5432|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
@@ -237,6 +377,17 @@ lab_test() {  # what CI runs: up, the test suite against the running lab, down, 
     PAIRSERVE_CHECK_LOG=$state/converge-check.log python -m pytest -p no:cacheprovider -q \
       --rootdir=molecule/default molecule/default/tests || rc=$?
   fi
+  # Day 2 on the same lab (molecule/<scenario> runs the same side effect and tests on a lab of its own).
+  # PAIRSERVE_LAB_SCENARIOS picks them; sleep_wake (the controller's demonstration) is left to `make molecule`
+  # and `scripts/lab.sh sleepwake` to keep CI within its budget.
+  local scenario
+  declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake)
+  for scenario in ${PAIRSERVE_LAB_SCENARIOS-upgrade hardware_swap}; do
+    [ "$rc" -eq 0 ] || break
+    [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
+    phase "$scenario" "${side_effect[$scenario]}" || rc=$?
+    python -m pytest -p no:cacheprovider -q --rootdir="molecule/$scenario" "molecule/$scenario/tests" || rc=$?
+  done
   local start=$SECONDS
   down
   echo "=== lab: down took $((SECONDS - start)) s"
@@ -248,6 +399,9 @@ case "${1:-up}" in
   up) up ;;
   start) start ;;
   down) shift; down "$@" && leftovers ;;
+  upgrade) day2_upgrade ;;
+  swap) day2_swap ;;
+  sleepwake) day2_sleepwake ;;
   test) lab_test ;;
-  *) echo "usage: $0 up|start|down [--images]|test" >&2; exit 2 ;;
+  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|test" >&2; exit 2 ;;
 esac

@@ -4,7 +4,9 @@
     scripts/lab_hub.py --repo pairserve/tiny-qwen3 --model-dir .cache/tiny-model/qwen3-tiny --state .lab/hub.json
 
 The commit sha is derived from the files (like a git commit of that tree), so the same model gives the same
-pinned revision every time; `--state` receives {"endpoint", "repo", "revision", "pid"} once the hub listens.
+pinned revision every time; `--state` receives {"endpoint", "repo", "revision", "next_revision", "pid"} once the
+hub listens. `next_revision` is a second, later commit of the same repository (the weights unchanged, a model
+card added, as an upstream README fix would be): the lab's upgrade scenario moves the revision pin to it.
 safetensors files are served as LFS blobs from a second port, as the Hub does. Runs until SIGTERM/SIGINT.
 The server is the test suite's own local hub (tests/support/fakehub.py), so the lab and the tests exercise
 the same protocol surface of the real huggingface_hub client.
@@ -55,9 +57,14 @@ def main() -> int:
         parser.error("--model-dir %s has no config.json: build it with scripts/build_tiny_model.py" % args.model_dir)
     files = load_files(args.model_dir)
     sha = tree_sha(files)
-    hub = FakeHub([Repo(args.repo, {sha: Commit(sha, files)}, refs={"main": sha})]).start()
-    state = {"endpoint": hub.endpoint, "repo": args.repo, "revision": sha, "pid": os.getpid(),
-             "files": len(files), "bytes": sum(f.size for f in files.values())}
+    card = ("---\nlicense: apache-2.0\n---\n# %s\n\nA tiny random-weight Qwen3-family model for the pairserve.llm "
+            "lab. This commit only adds the model card; the weights and tokenizer are those of %s.\n" % (args.repo, sha))
+    next_files = dict(files, **{"README.md": HubFile("README.md", card.encode())})
+    next_sha = tree_sha(next_files)
+    commits = {sha: Commit(sha, files), next_sha: Commit(next_sha, next_files)}
+    hub = FakeHub([Repo(args.repo, commits, refs={"main": next_sha})]).start()
+    state = {"endpoint": hub.endpoint, "repo": args.repo, "revision": sha, "next_revision": next_sha,
+             "pid": os.getpid(), "files": len(files), "bytes": sum(f.size for f in files.values())}
     tmp = args.state.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=1) + "\n")
     os.replace(tmp, args.state)

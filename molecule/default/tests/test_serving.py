@@ -7,48 +7,20 @@ node-a's API) and reads the secrets from the node the way an operator would.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
-import testinfra
 
-NODE_A = os.environ.get("PAIRSERVE_NODE_A", "pairserve-lab-node-a")
-REPO = Path(__file__).resolve().parents[3]
-SERVING = (REPO / "inventory" / "lab" / "group_vars" / "all" / "serving.yml").read_text()
-API = "http://127.0.0.1:30080"
-ROUTE = re.search(r"^pairserve_route_name: (\S+)", SERVING, re.M).group(1)
-WEIGHTS = {host: int(w) for host, w in re.findall(r"^  (node-[ab]): (\d+)$", SERVING, re.M)}
+from support.lab_api import ROUTE, WEIGHTS, call, items, read_keys
+
 # The recorded hosts: node-a = 2x RTX 5080, node-b = 2x RTX 4070 Ti SUPER (tests/fixtures/nvml/).
 PAIRS = {"node-a": ["node-a:cuda:0", "node-a:cuda:1"], "node-b": ["node-b:cuda:0", "node-b:cuda:1"]}
 
 
-def call(path, key, body=None, timeout=60):
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    req = urllib.request.Request(API + path, headers=headers,
-                                 data=json.dumps(body).encode() if body is not None else None)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(errors="replace")
-
-
-def items(path, key):
-    status, body = call(path + ("&" if "?" in path else "?") + "perPage=100", key)
-    assert status == 200, body
-    return body["items"]
-
-
 @pytest.fixture(scope="module")
 def keys():
-    node = testinfra.get_host(f"podman://{NODE_A}")
-    return {name: node.file(f"/etc/pairserve/secrets/{name}-api-key").content_string.strip()
-            for name in ("management", "inference")}
+    return read_keys()
 
 
 @pytest.fixture(scope="module")
