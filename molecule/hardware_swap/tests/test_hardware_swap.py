@@ -1,0 +1,101 @@
+"""The hardware-swap scenario on the lab (scripts/lab.sh swap, molecule/hardware_swap's side effect), judged
+afterwards: node-b's cards became 2x RTX 4090 (24 GiB) and `rebuild_node.yml --limit node-b` ran twice.
+
+- GPUStack's worker node-b shows the new cards; the replica qwen-node-b runs on them, started after the swap;
+- the pairs record on node-b holds the new UUIDs;
+- node-a's replica was not touched (same instance, same registration), the route has both targets with their
+  weights back, and no request of the loop that ran meanwhile failed;
+- the second run changed nothing;
+- after node-b's worker identity and pairs record were wiped (a reinstall), a third run re-joined it under its
+  name: one worker node-b (a new record), no ghost, its replica running on it, nothing left on the old record.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import testinfra
+
+from support.lab_api import REPO, ROUTE, STATE, WEIGHTS, items, load_summary, rc, read_keys, recap, route_weights
+
+DIR = STATE / "hardware_swap"
+NEW = json.loads((REPO / "tests" / "fixtures" / "nvml" / "node-b-2x4090.json").read_text())["devices"]
+
+
+@pytest.fixture(scope="module")
+def keys():
+    return read_keys()
+
+
+def test_the_rebuild_found_the_new_cards_and_succeeded():
+    log = (DIR / "rebuild-1.log").read_text()
+    assert rc(DIR / "rebuild-1.rc") == 0, log[-4000:]
+    assert "cards changed since the replicas were registered" in log, log[-4000:]
+    assert "restarting it" in log, "the worker was not restarted to see the new cards"
+    assert set(recap(DIR / "rebuild-1.log")) == {"node-b"}, "the rebuild ran on another host than node-b"
+    assert re.search(r"1 other replica\(s\) untouched \(" + ROUTE + r"-node-a\)", log), log[-3000:]
+
+
+def test_gpustack_shows_the_new_cards_on_node_b(keys):
+    workers = {w["name"]: w for w in items("/v2/workers", keys["management"])}
+    assert list(n for n in workers if n == "node-b") == ["node-b"], sorted(workers)
+    assert workers["node-b"]["state"] == "ready", workers["node-b"]
+    gpus = sorted((g["index"], g["name"], g["memory"]["total"]) for g in items("/v2/gpu-devices", keys["management"])
+                  if g["worker_name"] == "node-b")
+    assert gpus == [(i, d["Name"], d["MemoryInfo"]["total"]) for i, d in enumerate(NEW)], gpus
+
+
+def test_node_b_replica_runs_on_the_new_pair_and_the_record_has_their_uuids(keys):
+    models = {m["name"]: m for m in items("/v2/models", keys["management"])}
+    assert models[f"{ROUTE}-node-b"]["gpu_selector"]["gpu_ids"] == ["node-b:cuda:0", "node-b:cuda:1"]
+    running = {i["model_name"]: i for i in items("/v2/model-instances", keys["management"])}
+    inst = running[f"{ROUTE}-node-b"]
+    assert inst["state"] == "running" and inst["worker_name"] == "node-b", inst
+    node_b = testinfra.get_host("podman://pairserve-lab-node-b")
+    record = json.loads(node_b.file("/var/lib/pairserve/pairs.json").content_string)
+    assert sorted(u for p in record["pairs"] for u in p["uuids"]) == sorted(d["UUID"] for d in NEW), record
+    assert {p["name"] for p in record["pairs"]} == {"NVIDIA GeForce RTX 4090"}
+
+
+def test_node_a_untouched_and_route_intact(keys):
+    before = json.loads((DIR / "before.json").read_text())
+    after = {i["model_name"]: i for i in items("/v2/model-instances", keys["management"])}
+    mine = before["instances"][f"{ROUTE}-node-a"]
+    assert after[f"{ROUTE}-node-a"]["id"] == mine["id"], "node-a's instance was replaced"
+    assert after[f"{ROUTE}-node-a"]["state"] == "running"
+    models = {m["name"]: m for m in items("/v2/models", keys["management"])}
+    assert models[f"{ROUTE}-node-a"]["updated_at"] == before["models"][f"{ROUTE}-node-a"]["updated_at"]
+    # node-b's replica did restart (new instance) on the new cards.
+    assert after[f"{ROUTE}-node-b"]["id"] != before["instances"][f"{ROUTE}-node-b"]["id"]
+    assert route_weights(keys["management"]) == {f"{ROUTE}-{h}": w for h, w in WEIGHTS.items()}
+
+
+def test_a_second_rebuild_changes_nothing():
+    log = (DIR / "rebuild-2.log").read_text()
+    assert rc(DIR / "rebuild-2.rc") == 0, log[-4000:]
+    assert recap(DIR / "rebuild-2.log")["node-b"]["changed"] == 0, log[-4000:]
+    assert "Nothing to do." in log
+
+
+def test_no_request_failed_during_the_rebuild():
+    load = load_summary(DIR)
+    assert load["requests"] >= 20, load
+    assert load["failed"] == 0, json.dumps(load, indent=1)
+
+
+def test_a_reinstalled_node_rejoins_without_a_ghost_worker(keys):
+    log = (DIR / "reinstall.log").read_text()
+    assert rc(DIR / "reinstall.rc") == 0, log[-4000:]
+    assert "1 stale worker record(s) to remove" in log, log[-4000:]
+    before = json.loads((DIR / "before.json").read_text())
+    workers = [w for w in items("/v2/workers", keys["management"]) if w["name"] == "node-b"]
+    assert len(workers) == 1 and workers[0]["state"] == "ready", workers
+    old_worker = before["instances"][f"{ROUTE}-node-b"]["worker_id"]
+    assert workers[0]["id"] != old_worker, "the worker record was not replaced"
+    instances = [i for i in items("/v2/model-instances", keys["management"]) if i["model_name"] == f"{ROUTE}-node-b"]
+    assert [(i["worker_id"], i["state"]) for i in instances] == [(workers[0]["id"], "running")], instances
+    node_b = testinfra.get_host("podman://pairserve-lab-node-b")
+    assert node_b.file("/var/lib/gpustack-worker/worker_uuid").exists
+    assert node_b.file("/var/lib/pairserve/pairs.json").exists
