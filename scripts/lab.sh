@@ -156,13 +156,32 @@ PY
   play "$dir/rebuild-1.log" "$dir/rebuild-1.rc" playbooks/rebuild_node.yml --limit node-b -e "@$dir/swap.yml"
   echo "=== lab swap: rebuild_node.yml --limit node-b again (expected changed=0)"
   play "$dir/rebuild-2.log" "$dir/rebuild-2.rc" playbooks/rebuild_node.yml --limit node-b -e "@$dir/swap.yml"
+  echo "=== lab swap: the route under load while the two rebuilds ran"
+  stop_load "$dir"
   # A reinstall from scratch loses the worker's identity (GPUStack's worker_uuid in its data directory) and the
-  # pairs record: the node must re-join under its name without a ghost worker or an orphaned replica.
+  # pairs record: the node must re-join under its name without a ghost worker or an orphaned replica. The node
+  # goes down unannounced, as a reinstalled one does; the request loop starts once GPUStack has noticed (until
+  # then GPUStack 2.2.3 still sends node-b its share and those requests fail: that is the node dying, not the
+  # play), and counts what fails while rebuild_node.yml brings it back.
   echo "=== lab swap: node-b reinstalled (worker data directory and pairs record wiped); rebuild_node.yml --limit node-b"
   podman exec pairserve-lab-node-b sh -c 'systemctl stop gpustack-worker && rm -rf /var/lib/gpustack-worker /var/lib/pairserve/pairs.json'
+  python - <<'PY'
+import sys, time
+sys.path.insert(0, "tests")
+from support.lab_api import items, read_keys
+key, start = read_keys()["management"], time.monotonic()
+while time.monotonic() - start < 300:
+    if all(w["state"] != "ready" for w in items("/v2/workers", key) if w["name"] == "node-b"):
+        print("lab swap: GPUStack marked node-b's worker down after %.0f s" % (time.monotonic() - start))
+        break
+    time.sleep(2)
+else:
+    sys.exit("lab swap: GPUStack still shows node-b's worker ready 300 s after it stopped")
+PY
+  start_load "$dir/reinstall"
   play "$dir/reinstall.log" "$dir/reinstall.rc" playbooks/rebuild_node.yml --limit node-b -e "@$dir/swap.yml"
-  echo "=== lab swap: the route under load while the plays ran"
-  stop_load "$dir"
+  echo "=== lab swap: the route under load while the rebuild of the reinstalled node ran"
+  stop_load "$dir/reinstall"
   echo "=== lab swap took $((SECONDS - start)) s"
 }
 
