@@ -70,7 +70,14 @@ def main() -> int:
     args.dir.mkdir(parents=True, exist_ok=True)
     keys = read_keys()
     mgmt = keys["management"]
-    result = {"replica": args.replica, "route": ROUTE, "before": replica_state(mgmt, args.replica)}
+
+    def warm():
+        state = replica_state(mgmt, args.replica)
+        return state["replicas"] >= 1 and "running" in state["instances"] and bool(state["weight"]), state
+
+    # Start from a warm replica (an earlier demonstration may have left it asleep or waking).
+    _waited, before = wait_for("the replica being warm before the demonstration", warm, args.wake_timeout)
+    result = {"replica": args.replica, "route": ROUTE, "before": before}
     print("lab sleep/wake: %s before: %s" % (args.replica, result["before"]), flush=True)
 
     def asleep():
@@ -92,7 +99,7 @@ def main() -> int:
     load = subprocess.Popen(  # pylint: disable=consider-using-with
         [sys.executable, str(ROOT / "scripts" / "route_load.py"), "--url", "http://127.0.0.1:30080", "--model", ROUTE,
          "--key-file", str(key_file), "--summary", str(args.dir / "burst.json"), "--concurrency", "12",
-         "--prompt-words", "1500", "--max-tokens", "16", "--pause", "0", "--max-seconds", str(args.wake_timeout)],
+         "--prompt-words", "400", "--max-tokens", "16", "--pause", "0", "--max-seconds", str(args.wake_timeout)],
         stdout=open(args.dir / "burst.log", "w"), stderr=subprocess.STDOUT)  # pylint: disable=consider-using-with
     try:
         def awake():

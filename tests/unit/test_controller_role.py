@@ -163,19 +163,20 @@ def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, 
     assert KEY not in ini_text and KEY not in unit_text
     assert KEY not in res.stdout and KEY not in json.dumps(res.results)
 
-    # The unit: credentials instead of a readable config, a dynamic user, a read-only system.
+    # The unit: its own system user reading the configuration and key files, a read-only system.
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str
     unit.read_string(unit_text)
     svc = unit["Service"]
     exec_start = svc["ExecStart"]
     assert exec_start.startswith("/usr/bin/python3 %s " % (tmp_path / "lib" / "pairserve_controller.py"))
-    assert "--config %d/controller.ini --api-key-file %d/gpustack-api-key" in exec_start
+    assert "--config %s --api-key-file %s" % (tmp_path / "etc" / "controller.ini", tmp_path / "etc" / "controller.key") \
+        in exec_start
     assert ("--dry-run" in exec_start) is expect["dry_run"]
     assert "--log-level %s" % expect["log_level"] in exec_start
-    assert "LoadCredential=controller.ini:%s" % (tmp_path / "etc" / "controller.ini") in unit_text
-    assert "LoadCredential=gpustack-api-key:%s" % (tmp_path / "etc" / "controller.key") in unit_text
-    for key, value in (("DynamicUser", "true"), ("NoNewPrivileges", "true"), ("ProtectSystem", "strict"),
+    assert "DynamicUser" not in svc and "LoadCredential" not in unit_text
+    for key, value in (("User", "pairserve-controller"), ("Group", "pairserve-controller"),
+                       ("NoNewPrivileges", "true"), ("ProtectSystem", "strict"),
                        ("StateDirectory", "pairserve-controller"), ("RestartPreventExitStatus", "2")):
         assert svc[key] == value, key
     assert cfg["controller"]["wake_log"].startswith("/var/lib/%s/" % svc["StateDirectory"]), \

@@ -9,7 +9,7 @@ import json
 import pytest
 import testinfra
 
-from support.lab_api import NODE_A, ROUTE, STATE, WEIGHTS, rc, read_keys, recap, route_weights
+from support.lab_api import NODE_A, ROUTE, STATE, WEIGHTS, rc, read_keys, route_weights
 
 DIR = STATE / "sleep_wake"
 SLEEPER = f"{ROUTE}-node-b"
@@ -23,7 +23,6 @@ def result():
 
 def test_the_controller_was_installed_from_the_inventory_and_removed_again():
     assert rc(DIR / "enable.rc") == 0, (DIR / "enable.log").read_text()[-3000:]
-    assert recap(DIR / "enable.log")["node-a"]["changed"] > 0
     assert rc(DIR / "disable.rc") == 0, (DIR / "disable.log").read_text()[-3000:]
     node = testinfra.get_host(f"podman://{NODE_A}")
     assert not node.file("/etc/systemd/system/pairserve-controller.service").exists

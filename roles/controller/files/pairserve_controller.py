@@ -955,7 +955,7 @@ def main(argv=None):
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--api-key-file", metavar="PATH",
                         help="read the GPUStack API key from PATH instead of the configuration's api_key / "
-                             "api_key_file (the systemd unit passes its credential directory here)")
+                             "api_key_file (the systemd unit passes the key file here)")
     parser.add_argument("--check-config", metavar="PATH",
                         help="check the configuration PATH (unknown keys, bounds, route, URL, key), print what it "
                              "would do and exit: 0 usable, 2 not")
