@@ -653,3 +653,23 @@ def test_main_once_dry_run_and_unreachable(world, tmp_path, caplog):
     ini.write_text(INI.format(port=port, wake_log="", sleep="false", idle=30))
     assert ctl.main(["--config", str(ini), "--once"]) == 1
     assert ctl.main(["--config", str(tmp_path / "missing.ini"), "--once"]) == 2
+
+
+def test_a_cold_replica_is_parked_as_the_routes_fallback_and_unparked_when_warm(world):
+    """GPUStack 2.3.0 answers 422 to a route mixing positive and 0 weights: the replica at 0 becomes the
+    route's weight-0 fallback (accepted by 2.2.3 and 2.3.0), and its codes go when its weight comes back. A route
+    with a fallback of its own keeps it and gets a plain 0 (what 2.2.3 accepts)."""
+    api = ctl.GpuStack("http://127.0.0.1:%d" % world.port, "k3y")
+    world.targets[1]["fallback_status_codes"] = None
+    api.set_route_weights(world.route, world.targets, {7: 100, 8: 0})
+    assert [(t["id"], t["weight"], t.get("fallback_status_codes")) for t in world.targets] == \
+        [(11, 100, None), (12, 0, ["5xx"])]
+    api.set_route_weights(world.route, world.targets, {7: 58, 8: 42})
+    assert [(t["id"], t["weight"], t.get("fallback_status_codes")) for t in world.targets] == \
+        [(11, 58, None), (12, 42, None)]
+
+    # The user's own fallback on node-a's target: untouched, node-b at a plain 0.
+    world.targets[0]["fallback_status_codes"] = ["4xx"]
+    api.set_route_weights(world.route, world.targets, {7: 100, 8: 0})
+    assert [(t["id"], t["weight"], t.get("fallback_status_codes")) for t in world.targets] == \
+        [(11, 100, ["4xx"]), (12, 0, None)]

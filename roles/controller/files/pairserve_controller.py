@@ -722,6 +722,10 @@ def http(method, url, body=None, headers=None, timeout=10.0):
         raise ApiError("%s %s failed: %s" % (method, url, getattr(err, "reason", err))) from None
 
 
+# The fallback codes of a target parked out of the split (GpuStack.set_route_weights).
+PARK_CODES = ("5xx",)
+
+
 class GpuStack:
     """The few GPUStack 2.2.3 calls the controller needs (the same paths as plugins/module_utils/gpustack.py)."""
 
@@ -733,6 +737,8 @@ class GpuStack:
         self.api_key = api_key
         self.timeout = timeout
         self._http = http_call
+        # Ids of the route targets this controller parked as the route's weight-0 fallback (set_route_weights).
+        self.parked = set()
 
     def call(self, method, path, body=None, params=None):
         url = self.base + path
@@ -779,6 +785,19 @@ class GpuStack:
                 if target.get(key) is not None:
                     item[key] = target[key]
             body_targets.append(item)
+        # GPUStack 2.3.0 refuses a route whose targets mix positive and 0 weights (HTTP 422); 2.2.3 accepted it.
+        # A weight-0 *fallback* target is accepted by both and gets no share of the split, so a cold replica is
+        # parked as the route's fallback (on 5xx of the others) when the route has no fallback of its own, as the
+        # day-2 plays drain a node; its codes are cleared when its weight comes back.
+        for item in body_targets:
+            if item["weight"] > 0 and item["id"] in self.parked:
+                item["fallback_status_codes"] = None
+                self.parked.discard(item["id"])
+        zero = [i for i in body_targets if i["weight"] == 0]
+        own_fallback = [i for i in body_targets if i.get("fallback_status_codes") and i["id"] not in self.parked]
+        if len(zero) == 1 and len(zero) < len(body_targets) and not own_fallback:
+            zero[0]["fallback_status_codes"] = list(PARK_CODES)
+            self.parked.add(zero[0]["id"])
         return self.call("PUT", "/v2/model-routes/%s" % route["id"], {"name": route["name"], "targets": body_targets})
 
     def set_replicas(self, model_id, replicas):
