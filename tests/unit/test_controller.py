@@ -5,30 +5,17 @@ against a recording GPUStack + vLLM stand-in served on 127.0.0.1."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
-import os
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PATH = os.path.join(ROOT, "roles", "controller", "files", "pairserve_controller.py")
+from support import scripts
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("pairserve_controller_under_test", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ctl = _load()
+ctl = scripts.load(scripts.CONTROLLER, "pairserve_controller_under_test")
 Load = ctl.Load
 Speed = ctl.Speed
 SPEEDS = {"qwen-node-a": Speed(2767, 275), "qwen-node-b": Speed(1823, 220)}

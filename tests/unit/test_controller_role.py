@@ -12,7 +12,6 @@ The removal entry point runs for real on tmp paths. Also: the script's --check-c
 from __future__ import annotations
 
 import configparser
-import importlib.util
 import json
 import os
 import re
@@ -23,6 +22,7 @@ import sys
 import pytest
 import yaml
 
+from support import scripts
 from support.ansible_runner import REPO, run_playbook
 
 SCRIPT = REPO / "roles" / "controller" / "files" / "pairserve_controller.py"
@@ -30,15 +30,7 @@ UNIT = "/etc/systemd/system/pairserve-controller.service"
 KEY = "sk-pairserve-test0controller0key0never0shown"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("pairserve_controller_role_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ctl = _load_script()
+ctl = scripts.load(SCRIPT, "pairserve_controller_under_test")
 
 needs_systemctl = pytest.mark.skipif(
     shutil.which("systemctl") is None,

@@ -4,25 +4,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from support import scripts
 
-
-def _load():
-    path = os.path.join(ROOT, "scripts", "simulate_routing.py")
-    spec = importlib.util.spec_from_file_location("simulate_routing_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sim = _load()
+sim = scripts.load(scripts.SIMULATION, "simulate_routing_under_test")
 NAMES = list(sim.SEED)
 
 
