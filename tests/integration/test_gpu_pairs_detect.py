@@ -28,7 +28,10 @@ def node(tmp_path_factory):
     wheelhouse = tmp / "wheelhouse"
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
                     str(wheelhouse), PIN], check=True, timeout=300)
-    return {"pairserve_node_venv": str(tmp / "venv"), "pairserve_node_wheelhouse": str(wheelhouse),
+    # One venv per host, as on real nodes: both recorded hosts run on this machine, and two `python -m venv`
+    # on one path at once race ("File exists").
+    return {"pairserve_node_venv": str(tmp / "venv-{{ inventory_hostname }}"),
+            "pairserve_node_wheelhouse": str(wheelhouse),
             "pairserve_node_python_packages": [PIN]}
 
 
