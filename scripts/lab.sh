@@ -19,8 +19,8 @@
 #   scripts/lab.sh sleepwake   on a converged lab: the controller (issue #9) on in sleep mode with a short idle
 #                         time, node-b's replica put to sleep, a request while it sleeps, a burst of long prompts
 #                         that wakes it, the wake time measured; then the controller off again
-#   scripts/lab.sh test   up, the testinfra suites of molecule/default, then upgrade and swap with their suites
-#                         (molecule/upgrade, molecule/hardware_swap), down, and the check that nothing is left
+#   scripts/lab.sh test   up, the testinfra suite of molecule/default, the day-2 scenarios PAIRSERVE_LAB_SCENARIOS
+#                         names (none by default) with their suites, down, and the check that nothing is left
 #                         (what `make test` runs)
 #
 # What the lab substitutes for real hardware (every output says so too): node-a and node-b are podman
@@ -111,7 +111,7 @@ PY
 }
 
 # Which day-2 steps run: all (the default of `scripts/lab.sh upgrade|swap` and of the molecule scenarios), or
-# core (what `scripts/lab.sh test`, hence CI, runs to stay within its time budget): without the broken runner
+# core (what `scripts/lab.sh test` runs when PAIRSERVE_LAB_SCENARIOS names them): without the broken runner
 # image's rollback (~8 min) and the reinstall (~9 min). Each scenario writes what it ran to <dir>/steps; the
 # suites skip, saying so, the checks of the steps that did not run.
 day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-all}
@@ -410,13 +410,16 @@ lab_test() {  # what CI runs: up, the test suite against the running lab, down, 
     PAIRSERVE_CHECK_LOG=$state/converge-check.log python -m pytest -p no:cacheprovider -q \
       --rootdir=molecule/default molecule/default/tests || rc=$?
   fi
-  # Day 2 on the same lab (molecule/<scenario> runs the same side effect and tests on a lab of its own).
-  # PAIRSERVE_LAB_SCENARIOS picks them; sleep_wake (the controller's demonstration) is left to `make molecule`
-  # and `scripts/lab.sh sleepwake` to keep CI within its budget.
+  # Day 2 on the same lab (molecule/<scenario> runs the same side effect and tests on a lab of its own), when
+  # PAIRSERVE_LAB_SCENARIOS names them (e.g. "upgrade hardware_swap"). None by default: on this 2-core kind of
+  # machine a replica that restarts while the other serves the request loop can be starved for minutes (the
+  # other replica's busy vLLM worker and the booting one's helper processes end up on one core; seen once in
+  # three upgrade runs), which makes those scenarios too slow and too uneven for CI's budget.
+  # `make molecule` and `scripts/lab.sh upgrade|swap|sleepwake` run them.
   local scenario
   day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-core}
   declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake)
-  for scenario in ${PAIRSERVE_LAB_SCENARIOS-upgrade hardware_swap}; do
+  for scenario in ${PAIRSERVE_LAB_SCENARIOS:-}; do
     [ "$rc" -eq 0 ] || break
     [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
     phase "$scenario" "${side_effect[$scenario]}" || rc=$?
