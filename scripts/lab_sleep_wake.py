@@ -96,11 +96,12 @@ def main() -> int:
     key_file = args.dir / "key"
     key_file.touch(mode=0o600)
     key_file.write_text(keys["inference"])
+    burst_log = open(args.dir / "burst.log", "w", encoding="utf-8")  # pylint: disable=consider-using-with
     load = subprocess.Popen(  # pylint: disable=consider-using-with
         [sys.executable, str(ROOT / "scripts" / "route_load.py"), "--url", "http://127.0.0.1:30080", "--model", ROUTE,
          "--key-file", str(key_file), "--summary", str(args.dir / "burst.json"), "--concurrency", "12",
          "--prompt-words", "400", "--max-tokens", "16", "--pause", "0", "--max-seconds", str(args.wake_timeout)],
-        stdout=open(args.dir / "burst.log", "w"), stderr=subprocess.STDOUT)  # pylint: disable=consider-using-with
+        stdout=burst_log, stderr=subprocess.STDOUT)
     try:
         def awake():
             state = replica_state(mgmt, args.replica)
@@ -118,6 +119,7 @@ def main() -> int:
     finally:
         os.kill(load.pid, signal.SIGTERM)
         load.wait(timeout=180)
+        burst_log.close()
         key_file.unlink(missing_ok=True)
     result["burst"] = json.loads((args.dir / "burst.json").read_text())
     result["wakes"] = read_wakes()
