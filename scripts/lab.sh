@@ -19,6 +19,10 @@
 #   scripts/lab.sh sleepwake   on a converged lab: the controller (issue #9) on in sleep mode with a short idle
 #                         time, node-b's replica put to sleep, a request while it sleeps, a burst of long prompts
 #                         that wakes it, the wake time measured; then the controller off again
+#   scripts/lab.sh weights   on a converged lab: node-b's replica held to a fraction of its core, both replicas
+#                         measured with playbooks/bench.yml, the controller on in weights mode with those speeds;
+#                         the route's weights followed through idle, a backlog on each replica and a mixed load
+#                         through the route (molecule/queue_weights's side effect)
 #   scripts/lab.sh test   up, the testinfra suite of molecule/default, the day-2 scenarios PAIRSERVE_LAB_SCENARIOS
 #                         names (none by default) with their suites, down, and the check that nothing is left
 #                         (what `make test` runs)
@@ -228,6 +232,56 @@ YAML
   echo "=== lab sleep/wake took $((SECONDS - start)) s"
 }
 
+day2_weights() {
+  local dir=$state/queue_weights start=$SECONDS container results
+  mkdir -p "$dir"
+  rm -rf "$dir/bench"
+  # Replicas of different speed, as the seed's pairs are: node-b's replica container gets a fraction of its core
+  # (cgroup CPU quota; the container is left as it is otherwise and gets its whole core back at the end).
+  container=$(replica_container qwen-node-b)
+  echo "=== lab weights: node-b's replica ($container) held to ${PAIRSERVE_LAB_SLOW_CPUS:-0.3} of its core"
+  lab_podman update --cpus "${PAIRSERVE_LAB_SLOW_CPUS:-0.3}" "$container" >/dev/null
+  echo "=== lab weights: both replicas measured (playbooks/bench.yml, replicas only)"
+  play "$dir/bench.log" "$dir/bench.rc" playbooks/bench.yml -e pairserve_bench_measure_route=false \
+    -e "pairserve_bench_report_dir=$dir/bench" -e pairserve_bench_label=queue-weights
+  # The controller's lab settings: look every 2 s, at most one route update per 4 s, the default dead band.
+  cat >"$dir/controller-base.yml" <<'YAML'
+pairserve_controller_enabled: true
+pairserve_controller_mode: weights
+pairserve_controller_interval: 2
+pairserve_controller_hold: 4
+pairserve_controller_min_change: 5
+pairserve_controller_horizon: 30
+pairserve_controller_prior_prompt_tokens: 400
+pairserve_controller_prior_generation_tokens: 48
+YAML
+  results=$(find "$dir/bench" -name results.json 2>/dev/null | sort | tail -n 1)
+  if [ -n "$results" ] && python scripts/lab_queue_weights.py speeds --bench "$results" \
+    --base "$dir/controller-base.yml" --out "$dir/controller.yml"; then
+    echo "=== lab weights: the controller on (weights mode, the measured speeds)"
+    play "$dir/enable.log" "$dir/enable.rc" playbooks/controller.yml -e "@$dir/controller.yml"
+    python scripts/lab_queue_weights.py demo --vars "$dir/controller.yml" --dir "$dir" --result "$dir/result.json" ||
+      echo $? >"$dir/demo.rc"
+    podman exec pairserve-lab-node-a journalctl -u pairserve-controller --no-pager -o short-iso \
+      >"$dir/controller.journal" 2>&1 || true
+    echo "=== lab weights: the controller off again (the route gets its static weights back)"
+    play "$dir/disable.log" "$dir/disable.rc" playbooks/controller.yml -e "@$dir/controller.yml" \
+      -e pairserve_controller_enabled=false
+  else
+    echo "lab weights: no speeds from the bench run (see $dir/bench.log)" >&2
+    echo 1 >"$dir/demo.rc"
+  fi
+  lab_podman update --cpus 0 "$container" >/dev/null || echo "lab weights: could not lift $container's CPU quota" >&2
+  echo "=== lab weights took $((SECONDS - start)) s"
+}
+
+replica_container() {  # replica_container <model>: the running container GPUStack's worker started for it
+  local name
+  name=$(lab_podman ps --format '{{.Names}}' | grep -F -- "$1" | grep -v -e pause -e health | head -n 1)
+  [ -n "$name" ] || { echo "lab: no running container of $1" >&2; return 1; }
+  echo "$name"
+}
+
 lab_podman() { CONTAINERS_CONF=$state/containers.conf podman "$@"; }
 
 start_podman_service() {
@@ -418,7 +472,8 @@ lab_test() {  # what CI runs: up, the test suite against the running lab, down, 
   # `make molecule` and `scripts/lab.sh upgrade|swap|sleepwake` run them.
   local scenario
   day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-core}
-  declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake)
+  declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake
+    [queue_weights]=day2_weights)
   for scenario in ${PAIRSERVE_LAB_SCENARIOS:-}; do
     [ "$rc" -eq 0 ] || break
     [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
@@ -439,6 +494,7 @@ case "${1:-up}" in
   upgrade) day2_upgrade ;;
   swap) day2_swap ;;
   sleepwake) day2_sleepwake ;;
+  weights) day2_weights ;;
   test) lab_test ;;
-  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|test" >&2; exit 2 ;;
+  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|weights|test" >&2; exit 2 ;;
 esac
