@@ -23,6 +23,9 @@
 #                         measured with playbooks/bench.yml, the controller on in weights mode with those speeds;
 #                         the route's weights followed through idle, a backlog on each replica and a mixed load
 #                         through the route (molecule/queue_weights's side effect)
+#   scripts/lab.sh arms   on a converged lab: playbooks/bench.yml (check mode, then for real) with one A/B arm,
+#                         node-b's replica with --max-num-seqs 2 booted through GPUStack, measured against the
+#                         baseline and put back, under the request loop (molecule/bench_arms's side effect)
 #   scripts/lab.sh test   up, the testinfra suite of molecule/default, the day-2 scenarios PAIRSERVE_LAB_SCENARIOS
 #                         names (none by default) with their suites, down, and the check that nothing is left
 #                         (what `make test` runs)
@@ -282,6 +285,47 @@ replica_container() {  # replica_container <model>: the running container GPUSta
   echo "$name"
 }
 
+day2_arms() {
+  local dir=$state/bench_arms start=$SECONDS
+  mkdir -p "$dir"
+  rm -rf "$dir/reports"
+  # One A/B arm on node-b, booted through GPUStack: --max-num-seqs 2 instead of the lab profile's 8 (vLLM 0.27.1's
+  # CPU build parses it; the concurrency-4 run then queues half its streams, so the arm should regress throughput).
+  # A user writes the arms in group_vars; the lab passes them as an extra-vars file.
+  cat >"$dir/arms.yml" <<YAML
+pairserve_bench_label: arms
+pairserve_bench_report_dir: $dir/reports
+pairserve_bench_arm_boot_timeout: 600
+pairserve_bench_arms:
+  - name: seqs-2
+    node: node-b
+    replica: {max_num_seqs: 2}
+YAML
+  arms_snapshot() {  # arms_snapshot <file>: GPUStack's models, instances and the route's weights, for the suite
+    python - "$1" <<'PY'
+import json, sys
+sys.path.insert(0, "tests")
+from support.lab_api import items, read_keys, route_weights
+key = read_keys()["management"]
+snap = {"models": {m["name"]: m for m in items("/v2/models", key)},
+        "instances": {i["model_name"]: i for i in items("/v2/model-instances", key)},
+        "weights": route_weights(key)}
+open(sys.argv[1], "w").write(json.dumps(snap, indent=1))
+PY
+  }
+  arms_snapshot "$dir/before.json"
+  start_load "$dir"
+  echo "=== lab arms: playbooks/bench.yml --check (says what it would boot, changes nothing)"
+  play "$dir/check.log" "$dir/check.rc" playbooks/bench.yml --check -e "@$dir/arms.yml"
+  arms_snapshot "$dir/after-check.json"
+  echo "=== lab arms: playbooks/bench.yml with arm seqs-2 on node-b (drain, boot, request, measure, put back)"
+  play "$dir/bench.log" "$dir/bench.rc" playbooks/bench.yml -e "@$dir/arms.yml"
+  echo "=== lab arms: the route under load while the plays ran"
+  stop_load "$dir"
+  arms_snapshot "$dir/after.json"
+  echo "=== lab arms took $((SECONDS - start)) s"
+}
+
 lab_podman() { CONTAINERS_CONF=$state/containers.conf podman "$@"; }
 
 start_podman_service() {
@@ -473,7 +517,7 @@ lab_test() {  # what CI runs: up, the test suite against the running lab, down, 
   local scenario
   day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-core}
   declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake
-    [queue_weights]=day2_weights)
+    [queue_weights]=day2_weights [bench_arms]=day2_arms)
   for scenario in ${PAIRSERVE_LAB_SCENARIOS:-}; do
     [ "$rc" -eq 0 ] || break
     [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
@@ -495,6 +539,7 @@ case "${1:-up}" in
   swap) day2_swap ;;
   sleepwake) day2_sleepwake ;;
   weights) day2_weights ;;
+  arms) day2_arms ;;
   test) lab_test ;;
-  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|weights|test" >&2; exit 2 ;;
+  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|weights|arms|test" >&2; exit 2 ;;
 esac

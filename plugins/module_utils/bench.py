@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import threading
 import time
 import uuid
 
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
+from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args
 
 SHORT_PROMPT = "Write a long story about two machines that share one job."
 
@@ -286,6 +288,17 @@ def _fmt(value, digits=1):
     return str(value)
 
 
+def _weights_state(run):
+    """How the report states the weights: llm_bench only derives them; the bench play's report knows whether the
+    play applied them (``weights_applied`` True/False, ``route``), a bare llm_bench run does not (absent)."""
+    applied = run.get("weights_applied")
+    if applied is None:
+        return "; derived only (llm_bench never changes the route; the bench play's report says whether they were applied)"
+    if applied:
+        return "; applied to route `%s` by the bench play%s" % (run.get("route"), run.get("weights_note") or "")
+    return "; not applied (set pairserve_bench_apply_weights: true)"
+
+
 def render_markdown(run):
     """The report a person reads at a glance: one table of targets, then weights, sweep and A/B."""
     lines = ["# pairserve bench: %s" % run["label"], "",
@@ -312,8 +325,7 @@ def render_markdown(run):
     if run.get("weights"):
         lines += ["", "## Route weights", "",
                   "Proportional to throughput at concurrency %d (the seed's 58/42 came from 244 vs 177 tok/s)%s:"
-                  % (run["settings"]["concurrency"], "; applied to route `%s`" % run["route"]
-                     if run.get("weights_applied") else "; not applied (set pairserve_bench_apply_weights: true)"),
+                  % (run["settings"]["concurrency"], _weights_state(run)),
                   "", "| replica | tok/s @ c=%d | weight |" % run["settings"]["concurrency"], "|---|---:|---:|"]
         for name, weight in run["weights"].items():
             lines.append("| %s | %s | %d |" % (name, _fmt(run["weight_basis"].get(name)), weight))
@@ -386,3 +398,209 @@ def write_atomic(path, text):
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(tmp, path)
+
+
+# --- A/B arms: validation, and the bench play's report over the baseline and every arm -----------
+
+ARM_NAME = re.compile(r"^[\w.-]+$")
+ARM_KEYS = ("name", "targets", "node", "replica")
+# What an arm booted through GPUStack may change on its node's replica: the profile keys of vllm_args (merged
+# over the node's own profile, so the arm differs from the baseline only where it says) and the replica's
+# environment. name/base choose which profile is merged over, ab_arm is set by the play: not an arm's business.
+ARM_REPLICA_KEYS = tuple(k for k in vllm_args.PROFILE_KEYS if k not in ("name", "base", "ab_arm")) + ("env",)
+ARM_TARGET_KEYS = ("name", "base_url", "model")
+
+
+class ArmError(ValueError):
+    """pairserve_bench_arms is malformed; the message lists every problem and what to write instead."""
+
+
+def check_arms(arms, nodes=(), var="pairserve_bench_arms"):
+    """Validate the A/B arms before anything is measured or changed; return them normalised.
+
+    Two forms: ``{name, targets: [...]}`` (endpoints someone else started) and ``{name, node, replica: {...}}``
+    (the play boots the arm on ``node`` through GPUStack with ``replica`` merged over that node's profile).
+    Each returned arm carries ``kind`` (``endpoint`` or ``node``). Raises ArmError naming every problem."""
+    problems = []
+    if arms is None:
+        arms = []
+    if not isinstance(arms, list):
+        raise ArmError("%s must be a list of arms, got %s" % (var, type(arms).__name__))
+    nodes = list(nodes or [])
+    seen = set()
+    out = []
+    for pos, arm in enumerate(arms):
+        where = "%s[%d]" % (var, pos)
+        if not isinstance(arm, dict):
+            problems.append("%s: an arm is a dict ({name, node, replica} or {name, targets}), got %r" % (where, arm))
+            continue
+        name = arm.get("name")
+        if isinstance(name, str) and name:
+            where = "%s[%d] (%s)" % (var, pos, name)
+        unknown = sorted(set(arm) - set(ARM_KEYS))
+        if unknown:
+            problems.append("%s: unknown key(s) %s; an arm has %s" % (where, ", ".join(unknown), ", ".join(ARM_KEYS)))
+        if not isinstance(name, str) or not ARM_NAME.match(name):
+            problems.append("%s: name must be letters, digits, '.', '_' or '-' (it names the report directory), "
+                            "got %r" % (where, name))
+        elif name == "baseline":
+            problems.append("%s: 'baseline' is the run every arm is compared with; give the arm another name" % where)
+        elif name in seen:
+            problems.append("%s: the name is used by an earlier arm; arm names must be unique" % where)
+        else:
+            seen.add(name)
+        has_targets, has_node = "targets" in arm, ("node" in arm or "replica" in arm)
+        if has_targets == has_node:
+            problems.append("%s: give either targets (endpoints already serving the arm) or node and replica (the "
+                            "play boots the arm on that node through GPUStack), not %s"
+                            % (where, "both" if has_targets else "neither"))
+            continue
+        if has_targets:
+            targets = arm["targets"]
+            if not isinstance(targets, list) or not targets:
+                problems.append("%s: targets must be a non-empty list of {name, base_url, model}" % where)
+                continue
+            for tpos, target in enumerate(targets):
+                missing = [k for k in ARM_TARGET_KEYS if not isinstance(target, dict) or not target.get(k)]
+                if missing:
+                    problems.append("%s: targets[%d] lacks %s" % (where, tpos, ", ".join(missing)))
+            out.append(dict(arm, kind="endpoint"))
+            continue
+        node, replica = arm.get("node"), arm.get("replica")
+        if not isinstance(node, str) or node not in nodes:
+            problems.append("%s: node %r is not a host of group gpu_nodes (%s); name the inventory host whose "
+                            "replica boots this arm" % (where, node, ", ".join(nodes) or "the group is empty"))
+        if not isinstance(replica, dict) or not replica:
+            problems.append("%s: replica must be a non-empty dict of overrides of the node's replica (e.g. "
+                            "{max_num_seqs: 4}, {kv_cache_dtype: fp8}, {speculative: {method: mtp, "
+                            "num_speculative_tokens: 2}}); an arm that changes nothing measures the baseline again"
+                            % where)
+            continue
+        bad = sorted(set(replica) - set(ARM_REPLICA_KEYS))
+        if bad:
+            problems.append("%s: replica key(s) %s cannot be overridden by an arm; the keys are the profile keys of "
+                            "docs/vllm-arguments.md and env: %s" % (where, ", ".join(bad), ", ".join(ARM_REPLICA_KEYS)))
+        env = replica.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float))
+                                                and not isinstance(v, bool) for k, v in env.items()):
+            problems.append("%s: replica.env must map variable names to strings or numbers, got %r" % (where, env))
+        extra = replica.get("extra_args", [])
+        if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+            problems.append("%s: replica.extra_args must be a list of strings such as '--max-num-seqs=2', got %r"
+                            % (where, extra))
+        out.append(dict(arm, kind="node"))
+    if problems:
+        raise ArmError("%d problem(s) in %s, nothing was measured or changed:\n- %s"
+                       % (len(problems), var, "\n- ".join(problems)))
+    return out
+
+
+def arm_profile(profile_name, profiles, replica):
+    """The profile an arm's replica renders: the node's profile (``profile_name`` with its entry of
+    ``profiles``, pairserve_profiles) with the arm's overrides merged over it, ``ab_arm`` set (MTP is allowed
+    only in an arm). ``env`` is not a profile key; the play merges it over the node's replica env."""
+    base = dict((profiles or {}).get(profile_name) or {})
+    base.update({k: v for k, v in (replica or {}).items() if k != "env"})
+    base["ab_arm"] = True
+    return base
+
+
+def _verdicts(comparison):
+    """{improved: [...], regressed: [...], unchanged: [...]} of 'target: metric (+x.x %)' strings."""
+    out = {"improved": [], "regressed": [], "unchanged": []}
+    for block in comparison or []:
+        for row in block.get("rows", []):
+            out.setdefault(row["verdict"], []).append("%s: %s (%+.1f %%)" % (block["target"], row["metric"],
+                                                                           row["change"] * 100))
+    return out
+
+
+def summarize(baseline, arms, outcomes, route=None, weights_applied=None, weights_note=""):
+    """The bench play's report data: the baseline run (its results.json), the weights and whether the play
+    applied them, and every arm of ``arms`` in order with its outcome. An arm with no outcome did not run
+    (the play stopped first) and counts as failed: nothing is dropped silently."""
+    by_name = {}
+    for outcome in outcomes or []:
+        if isinstance(outcome, dict) and outcome.get("name"):
+            by_name[outcome["name"]] = outcome
+    rows = []
+    for arm in arms or []:
+        outcome = dict(by_name.get(arm["name"]) or {"status": "not_run", "failed_check": "-",
+                                                    "why": "no outcome was recorded: the play stopped before this arm"})
+        entry = {"name": arm["name"], "kind": arm.get("kind") or ("node" if "node" in arm else "endpoint"),
+                 "node": arm.get("node"), "replica": arm.get("replica"),
+                 "targets": [t.get("name") for t in arm.get("targets") or []]}
+        entry.update({k: v for k, v in outcome.items() if k != "name"})
+        entry.update(_verdicts(entry.get("comparison")))
+        if entry["status"] == "measured":
+            compared = set(b["target"] for b in entry.get("comparison") or [])
+            entry["not_compared"] = sorted(set(entry.get("measured_targets") or []) - compared)
+        rows.append(entry)
+    summary = {"label": baseline.get("label"), "started": baseline.get("started"), "settings": baseline.get("settings"),
+               "baseline": baseline, "route": route, "weights": baseline.get("weights"),
+               "weight_basis": baseline.get("weight_basis"), "weights_applied": weights_applied,
+               "weights_note": weights_note or "", "arms": rows,
+               "failed": [r["name"] for r in rows if r["status"] != "measured"]}
+    return summary
+
+
+def _md_cell(text):
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def render_summary_markdown(summary):
+    """The bench play's report: the baseline as llm_bench renders it (with the weights' real state), then one
+    table of the arms (status, what improved, what regressed) and a section per arm."""
+    baseline = dict(summary["baseline"], route=summary.get("route"), weights_applied=summary.get("weights_applied"),
+                    weights_note=summary.get("weights_note"))
+    baseline.pop("comparison", None)
+    text = render_markdown(baseline).rstrip("\n").split("\n")
+    # render_markdown ends with the files line of one run; this report has its own.
+    while text and (not text[-1].strip() or text[-1].startswith("Files:")):
+        text.pop()
+    lines = text
+    arms = summary.get("arms") or []
+    if arms:
+        lines += ["", "## A/B arms", "",
+                  "Each arm had to answer an ordinary request before it was measured (a boot is not a stability "
+                  "result); changes within 5 % are `unchanged`.", "",
+                  "| arm | boots on | status | improved | regressed |", "|---|---|---|---|---|"]
+        for arm in arms:
+            status = arm["status"] if arm["status"] == "measured" else "**%s** at %s: %s" % (
+                arm["status"], arm.get("failed_check") or "-", arm.get("why") or "-")
+            lines.append("| %s | %s | %s | %s | %s |" % (
+                arm["name"], ("node %s via GPUStack" % arm["node"]) if arm["kind"] == "node"
+                else "endpoints %s" % ", ".join(arm.get("targets") or []), _md_cell(status),
+                _md_cell("; ".join(arm.get("improved") or []) or "-"),
+                _md_cell("; ".join(arm.get("regressed") or []) or "-")))
+        for arm in arms:
+            lines += ["", "### Arm `%s`" % arm["name"], ""]
+            if arm["kind"] == "node":
+                lines.append("Booted on `%s` through GPUStack with overrides `%s`." % (
+                    arm["node"], json.dumps(arm.get("replica"), sort_keys=True)))
+                if arm.get("argv"):
+                    lines += ["", "vLLM arguments: `%s`" % " ".join(arm["argv"])]
+                restored = arm.get("restored") or {}
+                if restored:
+                    lines += ["", "Afterwards: %s." % "; ".join("%s %s" % (k, v) for k, v in sorted(restored.items()))]
+            if arm["status"] != "measured":
+                lines += ["", "**%s** at `%s`: %s" % (arm["status"].replace("_", " "), arm.get("failed_check") or "-",
+                                                      arm.get("why") or "-")]
+            for block in arm.get("comparison") or []:
+                lines += ["", "Against `%s` on `%s`:" % (block["baseline"], block["target"]), "",
+                          "| metric | %s | %s | change | verdict |" % (block["baseline"], arm["name"]),
+                          "|---|---:|---:|---:|---|"]
+                for row in block["rows"]:
+                    lines.append("| %s | %s | %s | %+.1f %% | %s |" % (row["metric"], _fmt(row["baseline"], 3),
+                                                                       _fmt(row["candidate"], 3), row["change"] * 100,
+                                                                       row["verdict"]))
+            if arm.get("not_compared"):
+                lines += ["", "Measured but not compared (the baseline has no target of that name): %s."
+                          % ", ".join(arm["not_compared"])]
+            if arm.get("report_path"):
+                lines += ["", "The arm's own run: `%s`." % arm["report_path"]]
+    failed = summary.get("failed") or []
+    lines += ["", "**%d of %d arm(s) failed: %s.**" % (len(failed), len(arms), ", ".join(failed)) if failed
+              else "All %d arm(s) measured." % len(arms) if arms else "No A/B arm.",
+              "", "Files: `results.json` (this report's data: the baseline run and every arm).", ""]
+    return "\n".join(lines)

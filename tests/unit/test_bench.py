@@ -81,7 +81,11 @@ def test_markdown_report_reads_at_a_glance():
     assert "| qwen-node-a | replica | 64.9 | 0.200 | 244.0 | 275.0 (16) | 2767.0 | 6.100 → 0.540 |" in text
     assert "| qwen-node-a | 244.0 | 58 |" in text and "| qwen-node-b | 177.0 | 42 |" in text
     assert "| qwen | route | failed: HTTP 503 |" in text
-    assert "not applied (set pairserve_bench_apply_weights: true)" in text
+    # llm_bench alone only derives the weights; only the bench play knows whether it applied them.
+    assert "derived only (llm_bench never changes the route" in text and "not applied" not in text
+    assert "not applied (set pairserve_bench_apply_weights: true)" in bench.render_markdown(dict(_run(), weights_applied=False))
+    assert "applied to route `qwen` by the bench play (it had them already)" in bench.render_markdown(
+        dict(_run(), weights_applied=True, weights_note=" (it had them already)"))
 
 
 def test_plot_is_a_real_png(tmp_path):
