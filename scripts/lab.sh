@@ -242,8 +242,8 @@ day2_weights() {
   # Replicas of different speed, as the seed's pairs are: node-b's replica container gets a fraction of its core
   # (cgroup CPU quota; the container is left as it is otherwise and gets its whole core back at the end).
   container=$(replica_container qwen-node-b)
-  echo "=== lab weights: node-b's replica ($container) held to ${PAIRSERVE_LAB_SLOW_CPUS:-0.3} of its core"
-  lab_podman update --cpus "${PAIRSERVE_LAB_SLOW_CPUS:-0.3}" "$container" >/dev/null
+  echo "=== lab weights: node-b's replica ($container) held to ${PAIRSERVE_LAB_SLOW_QUOTA:-30} % of its core"
+  cpu_quota "$container" "$((${PAIRSERVE_LAB_SLOW_QUOTA:-30} * 1000))"
   echo "=== lab weights: both replicas measured (playbooks/bench.yml, replicas only)"
   play "$dir/bench.log" "$dir/bench.rc" playbooks/bench.yml -e pairserve_bench_measure_route=false \
     -e "pairserve_bench_report_dir=$dir/bench" -e pairserve_bench_label=queue-weights
@@ -274,8 +274,17 @@ YAML
     echo "lab weights: no speeds from the bench run (see $dir/bench.log)" >&2
     echo 1 >"$dir/demo.rc"
   fi
-  lab_podman update --cpus 0 "$container" >/dev/null || echo "lab weights: could not lift $container's CPU quota" >&2
+  cpu_quota "$container" -1
   echo "=== lab weights took $((SECONDS - start)) s"
+}
+
+cpu_quota() {  # cpu_quota <container> <microseconds per 100 ms, -1: none>: the container's CFS quota (cgroup v1,
+  # as on this kind of machine; `podman update --cpus` sets it but cannot lift it again)
+  local id file
+  id=$(lab_podman inspect --format '{{.Id}}' "$1")
+  file=$(find /sys/fs/cgroup/cpu /sys/fs/cgroup/cpu,cpuacct -path "*$id*" -name cpu.cfs_quota_us 2>/dev/null | head -n 1)
+  [ -n "$file" ] || { echo "lab: no cgroup v1 CPU quota file for $1" >&2; return 1; }
+  echo "$2" >"$file"
 }
 
 replica_container() {  # replica_container <model>: the running container GPUStack's worker started for it
