@@ -448,7 +448,7 @@ cpu_quota() {  # cpu_quota <container> <microseconds per 100 ms, -1: none>: the 
   # as on this kind of machine; `podman update --cpus` sets it but cannot lift it again)
   local id file
   id=$(lab_podman inspect --format '{{.Id}}' "$1")
-  file=$(find /sys/fs/cgroup/cpu /sys/fs/cgroup/cpu,cpuacct -path "*$id*" -name cpu.cfs_quota_us 2>/dev/null | head -n 1)
+  file=$(find /sys/fs/cgroup/cpu/ -path "*$id*" -name cpu.cfs_quota_us 2>/dev/null | head -n 1 || true)
   [ -n "$file" ] || { echo "lab: no cgroup v1 CPU quota file for $1" >&2; return 1; }
   echo "$2" >"$file"
 }
