@@ -44,6 +44,8 @@ from base64 import b64encode
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -52,10 +54,11 @@ ADMIN_PASSWORD = "pairserve-Test-pw1"
 API_KEY_VALUE = "pairserve-test-management-key-0001"
 CLUSTER_NAME = "pytest"
 WORKER_NAME = "node-test"
-# Tool versions GPUStack 2.2.3's ToolsManager checks in third_party/bin/versions.json.
-TOOL_VERSIONS = {"gguf-parser": "v0.25.0", "fastfetch": "2.25.0.1"}
-# Other releases check other versions (a mismatch makes the worker download the tool at start, offline: abort).
-TOOL_VERSIONS_BY_GPUSTACK = {"2.2.3": TOOL_VERSIONS, "2.3.0": {"gguf-parser": "v0.26.4", "fastfetch": "2.25.0.1"}}
+# Tool versions each release's ToolsManager checks in third_party/bin/versions.json (a mismatch makes the worker
+# download the tool at start, offline: abort): the worker role's own table, one source for the lab and the suite.
+TOOL_VERSIONS_BY_GPUSTACK = yaml.safe_load(
+    (REPO / "roles" / "gpustack_worker" / "vars" / "main.yml").read_text())["pairserve_gpustack_worker_lab_tool_versions"]
+TOOL_VERSIONS = TOOL_VERSIONS_BY_GPUSTACK[DEFAULT_VERSION]
 # Bump when ensure_venv() changes what goes into the venv, so cached venvs are rebuilt.
 VENV_RECIPE = 1
 
