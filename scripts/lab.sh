@@ -375,6 +375,7 @@ PY
 day2_sleepwake() {
   local dir=$state/sleep_wake start=$SECONDS
   mkdir -p "$dir"
+  rm -f "$dir/demo.rc" "$dir/result.json"
   # The lab's settings: sleep after 30 s idle (not 30 min), look every 2 s, wake when node-a has 2 requests
   # waiting; the speeds are the lab's CPU replicas' (docs/lab.md: ~250 tok/s each at 4 sequences).
   cat >"$dir/controller.yml" <<'YAML'
@@ -404,7 +405,7 @@ YAML
 day2_weights() {
   local dir=$state/queue_weights start=$SECONDS container results
   mkdir -p "$dir"
-  rm -rf "$dir/bench"
+  rm -rf "$dir/bench" "$dir/demo.rc" "$dir/result.json"
   # Replicas of different speed, as the seed's pairs are: node-b's replica container gets a fraction of its core
   # (cgroup CPU quota; the container is left as it is otherwise and gets its whole core back at the end).
   container=$(replica_container qwen-node-b)
@@ -413,18 +414,19 @@ day2_weights() {
   echo "=== lab weights: both replicas measured (playbooks/bench.yml, replicas only)"
   play "$dir/bench.log" "$dir/bench.rc" playbooks/bench.yml -e pairserve_bench_measure_route=false \
     -e "pairserve_bench_report_dir=$dir/bench" -e pairserve_bench_label=queue-weights
-  # The controller's lab settings: look every 2 s, at most one route update per 4 s, the default dead band.
+  # The controller's lab settings: look every 2 s, at most one route update per 4 s, the default dead band, and
+  # a 5 s horizon: the tiny model's requests take seconds, where the seed's take minutes (30 s there).
   cat >"$dir/controller-base.yml" <<'YAML'
 pairserve_controller_enabled: true
 pairserve_controller_mode: weights
 pairserve_controller_interval: 2
 pairserve_controller_hold: 4
 pairserve_controller_min_change: 5
-pairserve_controller_horizon: 30
+pairserve_controller_horizon: 5
 pairserve_controller_prior_prompt_tokens: 400
-pairserve_controller_prior_generation_tokens: 48
+pairserve_controller_prior_generation_tokens: 96
 YAML
-  results=$(find "$dir/bench" -name results.json 2>/dev/null | sort | tail -n 1)
+  results=$(find "$dir/bench" -path '*-baseline/results.json' 2>/dev/null | sort | tail -n 1 || true)
   if [ -n "$results" ] && python scripts/lab_queue_weights.py speeds --bench "$results" \
     --base "$dir/controller-base.yml" --out "$dir/controller.yml"; then
     echo "=== lab weights: the controller on (weights mode, the measured speeds)"

@@ -35,7 +35,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.lab_api import ROUTE, call, items, read_keys, route_weights  # noqa: E402  pylint: disable=wrong-import-position
+from support.lab_api import ROUTE, WEIGHTS, call, items, read_keys, route_weights  # noqa: E402  pylint: disable=wrong-import-position
 
 FAST, SLOW = ROUTE + "-node-a", ROUTE + "-node-b"
 
@@ -48,7 +48,8 @@ def speeds(args) -> int:
             continue
         m = target["measurement"]
         prefill = (m.get("prefill") or {}).get("prefill_tok_s")
-        decode = (m.get("sweep") or {}).get("ceiling_tok_s") or (m.get("concurrency") or {}).get("throughput_tok_s")
+        # Aggregate decode at the bench's concurrency (the controller's decode_tps), else the sweep's ceiling.
+        decode = (m.get("concurrency") or {}).get("throughput_tok_s") or (m.get("sweep") or {}).get("ceiling_tok_s")
         if not prefill or not decode:
             raise SystemExit("lab weights: the bench run %s has no prefill or decode figure for %s: %s"
                              % (args.bench, target["name"], json.dumps(m)[:300]))
@@ -65,7 +66,7 @@ def speeds(args) -> int:
     tmp.write_text(yaml.safe_dump(settings, sort_keys=False))
     os.replace(tmp, args.out)
     for name in (FAST, SLOW):
-        print("lab weights: %s measured %.0f prefill tok/s, %.1f decode tok/s (saturated)" % (name, *measured[name]))
+        print("lab weights: %s measured %.0f prefill tok/s, %.1f decode tok/s (at the bench's concurrency)" % (name, *measured[name]))
     return 0
 
 
@@ -155,8 +156,12 @@ def demo(args) -> int:
     key_file.touch(mode=0o600)
     key_file.write_text(keys["inference"])
     trace = Trace(mgmt)
-    result = {"route": ROUTE, "speeds": speed, "min_change": min_change, "static": trace.sample("start")}
-    print("lab weights: route %s starts at %s" % (ROUTE, result["static"]), flush=True)
+    # The inventory's weights (the route role's); the controller may have moved them already when this starts.
+    result = {"route": ROUTE, "speeds": speed, "min_change": min_change,
+              "static": {"%s-%s" % (ROUTE, host): weight for host, weight in WEIGHTS.items()},
+              "start": trace.sample("start")}
+    print("lab weights: route %s at %s when the demonstration starts (inventory: %s)"
+          % (ROUTE, result["start"], result["static"]), flush=True)
     try:
         # 1. Idle: the split of the measured capacities, between the prefill ratio and the decode ratio.
         share = {kind: 100.0 * speed[FAST][kind] / (speed[FAST][kind] + speed[SLOW][kind])
@@ -204,7 +209,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sp = sub.add_parser("speeds", help="controller settings with the speeds a bench run measured")
-    sp.add_argument("--bench", required=True, type=Path, help="results.json of a playbooks/bench.yml run")
+    sp.add_argument("--bench", required=True, type=Path,
+                    help="results.json of a playbooks/bench.yml baseline (<report_dir>/<stamp>-<label>-baseline/)")
     sp.add_argument("--base", required=True, type=Path, help="the lab's controller settings (YAML)")
     sp.add_argument("--out", required=True, type=Path)
     dp = sub.add_parser("demo", help="watch and drive the controller on the converged lab")
@@ -212,10 +218,11 @@ def main() -> int:
     dp.add_argument("--dir", required=True, type=Path, help="working directory (key, load logs and summaries)")
     dp.add_argument("--result", required=True, type=Path)
     dp.add_argument("--settle-timeout", type=float, default=180)
-    dp.add_argument("--backlog-seconds", type=float, default=75)
-    dp.add_argument("--backlog-concurrency", type=int, default=8)
+    # Twice the lab profile's 8 sequences, so requests wait on the replica as well as run.
+    dp.add_argument("--backlog-seconds", type=float, default=60)
+    dp.add_argument("--backlog-concurrency", type=int, default=16)
     dp.add_argument("--backlog-prompt-words", type=int, default=300)
-    dp.add_argument("--backlog-max-tokens", type=int, default=48)
+    dp.add_argument("--backlog-max-tokens", type=int, default=96)
     dp.add_argument("--route-concurrency", type=int, default=6)
     dp.add_argument("--route-seconds", type=float, default=60)
     args = parser.parse_args()
