@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import testinfra
 
+from support.recap import parse_recap
+
 REPO = Path(__file__).resolve().parents[2]
 API = os.environ.get("PAIRSERVE_LAB_API", "http://127.0.0.1:30080")
 NODE_A = os.environ.get("PAIRSERVE_NODE_A", "pairserve-lab-node-a")
@@ -61,13 +63,10 @@ def route_weights(key: str, route: str = ROUTE) -> dict:
 
 
 def recap(log: Path) -> dict:
-    """{host: {ok, changed, failed, ...}} from a play log's PLAY RECAP."""
-    out = {}
-    text = log.read_text()
-    assert "PLAY RECAP" in text, f"{log} has no PLAY RECAP: the play did not finish"
-    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", text.split("PLAY RECAP", 1)[1], re.M):
-        out[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
-    return out
+    """{host: {ok, changed, failed, ...}} from a play log's PLAY RECAP (support.recap.parse_recap)."""
+    parsed = parse_recap(log.read_text())
+    assert parsed is not None, f"{log} has no PLAY RECAP: the play did not finish"
+    return parsed
 
 
 def rc(path: Path) -> int:

@@ -9,14 +9,17 @@ worker is not a systemd unit); the container runtime the runner_image role asks 
 that has the 0.25.1 runner images and nothing else. No replica can really start here (no container runtime),
 so the happy paths run with verification off and the rollback path uses verification's own timeout.
 
-The tests run in file order and build on each other (one GPUStack, one route, two replicas).
+One GPUStack, one route and two replicas serve the whole module, but no test relies on what an earlier one left:
+each states the GPUStack it starts from and establishes it first (`replicas_serving`, `node_b_runs_with`,
+`route_as_inventory`, `set_checkpoint`). In file order these are cheap checks that find nothing to do; after a
+failure (a node left drained, other cards, another checkpoint) they put the start back, through the API or
+through rebuild_node.yml. Run one test alone with `-k` and it still sets up what it needs.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -28,6 +31,7 @@ import pytest
 
 from support.ansible_runner import REPO, run_module, run_playbook
 from support.gpustack_server import _clean_env, ensure_venv, free_port
+from support.recap import parse_recap
 
 pytestmark = [pytest.mark.slow, pytest.mark.day2]
 
@@ -36,6 +40,10 @@ NODE_PYTHON = REPO / ".cache" / "recorded-node-venv" / "bin" / "python"
 REBUILD = REPO / "playbooks" / "rebuild_node.yml"
 UPGRADE = REPO / "playbooks" / "upgrade.yml"
 GIB = 1024 ** 3
+# node-b's cards in the tests: the seed's 2x RTX 4070 Ti SUPER, and three RTX 3090s (the swap; gpu_pairs pairs
+# the NVLinked two at indexes 1 and 2).
+CARDS_4070TIS = (NVML / "node-b-2x4070tis.json").read_text()
+CARDS_3090S = (NVML / "three-gpus.json").read_text()
 
 # The worker's "service manager": stop/start a GPUStack worker by PID from a pid file (never by name).
 RESTART_SCRIPT = r'''
@@ -179,9 +187,26 @@ def workers(server, prefix="node-b"):
 
 
 def recap(result, host):
-    """The PLAY RECAP counters of one host, e.g. {'ok': 12, 'changed': 0, 'failed': 0, ...}."""
-    match = re.search(rf"^{re.escape(host)}\s+:\s+(.*)$", result.stdout, re.M)
-    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(1))} if match else None
+    """The PLAY RECAP counters of one host, e.g. {'ok': 12, 'changed': 0, 'failed': 0, ...}; None when the host
+    never ran (or the play did not finish)."""
+    return (parse_recap(result.stdout) or {}).get(host)
+
+
+def snapshot(server):
+    """What GPUStack holds that a day-2 play could change: worker records, GPU devices, models (whole records,
+    updated_at included: any PUT shows), instances (which exist, of which model, on which worker), routes and
+    their targets (ids, weights, fallbacks). Instance and target *states* are left out: the scheduler moves them
+    on its own here (no instance can start)."""
+    return {
+        "workers": sorted((w["id"], w["name"], w["state"]) for w in server.items("/v2/workers")),
+        "gpus": sorted((g["worker_name"], g["index"], g["name"]) for g in server.items("/v2/gpu-devices")),
+        "models": {m["name"]: m for m in server.items("/v2/models")},
+        "instances": sorted((i["id"], i["model_name"], i.get("worker_id"))
+                            for i in server.items("/v2/model-instances")),
+        "routes": {r["name"]: r for r in server.items("/v2/model-routes")},
+        "targets": sorted(json.dumps({k: v for k, v in t.items() if k != "state"}, sort_keys=True)
+                          for t in server.items("/v2/model-route-targets")),
+    }
 
 
 def wait_for(predicate, timeout=120, what="condition"):
@@ -202,8 +227,9 @@ def day2(gpustack_server, tmp_path_factory):
 
     # node-a: the fixture's worker declares 16 GiB RTX 5080s; its recording says the same.
     node_a_rec = derive_recording(NVML / "node-a-2x5080.json", tmp / "node-a.json", memory=16 * GIB)
+    state["node_a_gpu"] = detect(node_a_rec)
     node_b_rec = tmp / "node-b.json"
-    node_b_rec.write_text((NVML / "node-b-2x4070tis.json").read_text())
+    node_b_rec.write_text(CARDS_4070TIS)
     state["node_b_rec"] = node_b_rec
 
     # node-b's worker, started and restarted only through restart.py (by PID).
@@ -312,13 +338,100 @@ def play(day2, playbook, limit=None, **extra):
 
 
 def restarts(day2):
+    """How many times a play restarted node-b's worker (the restart command counts; the tests' own stop/start
+    does not)."""
     return len(day2["counter"].read_text().splitlines())
+
+
+# -- the start each test establishes ------------------------------------------------------------------
+
+def node_b_gpus(server):
+    return sorted((g["index"], g["name"]) for g in server.items("/v2/gpu-devices") if g["worker_name"] == "node-b")
+
+
+def node_b_runs_with(day2, cards: str) -> dict:
+    """node-b's recorded host is `cards`, its worker declares them, runs, and GPUStack shows exactly them on one
+    ready record. Restarts the worker (outside the play's restart count) only when that is not so already."""
+    server = day2["server"]
+    day2["node_b_rec"].write_text(cards)
+    gpu = detect(day2["node_b_rec"])
+    day2["declare"](gpu)
+    want = sorted((g["index"], g["name"]) for g in gpu["gpus"])
+
+    def shown():
+        found = workers(server)
+        return len(found) == 1 and found[0]["state"] == "ready" and node_b_gpus(server) == want
+
+    if not shown():
+        day2["worker_cmd"]("stop")
+        day2["worker_cmd"]("start")
+        wait_for(shown, timeout=180, what=f"worker node-b ready with {want} (records: {workers(server)})")
+    return gpu
+
+
+def registered(day2, host: str, gpu: dict) -> bool:
+    """Whether `host`'s replica is registered for `gpu`'s first pair and the inventory's checkpoint, with the pairs
+    recorded on the node: what rebuild_node.yml leaves behind."""
+    server = day2["server"]
+    found = model(server, f"qwen-{host}")
+    record_file = day2["state_file"][host]
+    if found is None or not record_file.exists():
+        return False
+    worker = server.worker_name if host == "node-a" else "node-b"
+    record = json.loads(record_file.read_text())
+    return (found["gpu_selector"]["gpu_ids"] == [f"{worker}:cuda:{i}" for i in gpu["pairs"][0]["gpustack_gpu_indexes"]]
+            and found["local_path"] == day2["checkpoint"]["path"]
+            and [g["uuid"] for g in record["gpus"]] == [g["uuid"] for g in gpu["gpus"]])
+
+
+def route_as_inventory(day2):
+    """Route qwen as the inventory has it: node-a 58, node-b 42, no fallback (undoes a drain a failed run left)."""
+    server = day2["server"]
+    res = run_module("gpustack_route", {**server.key_args, "name": "qwen", "targets": [
+        {"model": "qwen-node-a", "weight": 58}, {"model": "qwen-node-b", "weight": 42}]})
+    assert not res.failed, res.result
+    assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
+    assert not [t for t in server.items("/v2/model-route-targets") if t.get("fallback_status_codes")]
+
+
+def replicas_serving(day2, cards: str) -> dict:
+    """The start of every test after the first registration: node-b runs with `cards`, both replicas are registered
+    for the cards their nodes have (rebuild_node.yml --limit <node> where they are not) and recorded, the route
+    is as the inventory has it. Returns node-b's detected pairserve_gpu."""
+    gpu_b = node_b_runs_with(day2, cards)
+    for host, gpu in (("node-a", day2["node_a_gpu"]), ("node-b", gpu_b)):
+        if not registered(day2, host, gpu):
+            res = play(day2, REBUILD, limit=host)
+            assert res.rc == 0 and registered(day2, host, gpu), res.stdout[-4000:] + res.stderr[-2000:]
+    route_as_inventory(day2)
+    return gpu_b
+
+
+def set_checkpoint(day2, name: str) -> dict:
+    """The inventory's checkpoint pin becomes the directory `name` (a new revision on disk); returns it."""
+    path = day2["tmp"] / name
+    path.mkdir(exist_ok=True)
+    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"]}))
+    day2["checkpoint"] = dict(day2["checkpoint"], path=str(path))
+    inventory = json.loads(day2["inventory"].read_text())
+    inventory["all"]["vars"]["pairserve_checkpoint"] = day2["checkpoint"]
+    day2["inventory"].write_text(json.dumps(inventory, indent=1))
+    return day2["checkpoint"]
 
 
 # -- rebuild_node.yml ---------------------------------------------------------------------------------
 
 def test_rebuild_registers_each_node_and_records_its_pairs(day2):
     server = day2["server"]
+    # Start: no replica, no route, no pairs record; node-b runs with its 4070 Ti SUPERs.
+    run_module("gpustack_route", {**server.key_args, "name": "qwen", "state": "absent"})
+    for name in ("qwen-node-a", "qwen-node-b"):
+        assert not run_module("gpustack_model", {**server.key_args, "name": name, "state": "absent"}).failed
+    for record in day2["state_file"].values():
+        record.unlink(missing_ok=True)
+    node_b_runs_with(day2, CARDS_4070TIS)
+    count = restarts(day2)
+
     refused = play(day2, REBUILD)
     assert refused.rc != 0 and "run it with --limit <node>" in refused.stdout
 
@@ -333,7 +446,7 @@ def test_rebuild_registers_each_node_and_records_its_pairs(day2):
     assert model(server, "qwen-node-b")["gpu_selector"]["gpu_ids"] == ["node-b:cuda:0", "node-b:cuda:1"]
     assert model(server, "qwen-node-a")["gpu_selector"]["gpu_ids"] == [f"{server.worker_name}:cuda:0",
                                                                        f"{server.worker_name}:cuda:1"]
-    assert restarts(day2) == 0
+    assert restarts(day2) == count
     route = run_module("gpustack_route", {**server.key_args, "name": "qwen", "targets": [
         {"model": "qwen-node-a", "weight": 58}, {"model": "qwen-node-b", "weight": 42}]})
     assert route.changed, route.result
@@ -346,14 +459,16 @@ def test_rebuild_registers_each_node_and_records_its_pairs(day2):
 
 def test_rebuild_after_a_card_swap_moves_only_that_replica(day2):
     server = day2["server"]
+    # Start: both replicas registered and recorded, node-b on its 4070 Ti SUPERs, route 58/42.
+    replicas_serving(day2, CARDS_4070TIS)
+    count = restarts(day2)
     before_ids = {n: v["id"] for n, v in route_targets(server).items()}
     a_model, a_instances = model(server, "qwen-node-a"), instance_ids(server, "qwen-node-a")
-    b_instances = instance_ids(server, "qwen-node-b")
-    assert b_instances, "GPUStack should have created qwen-node-b's instance"
+    b_instances = wait_for(lambda: instance_ids(server, "qwen-node-b"), timeout=60, what="qwen-node-b's instance")
 
     # The swap: three RTX 3090s; gpu_pairs pairs the NVLinked two at indexes 1 and 2. The worker declares the new
     # cards but has not restarted, so GPUStack still shows the 4070 Ti SUPERs.
-    day2["node_b_rec"].write_text((NVML / "three-gpus.json").read_text())
+    day2["node_b_rec"].write_text(CARDS_3090S)
     day2["declare"](detect(day2["node_b_rec"]))
     day2["metrics"].busy["node-b"] = 2
     day2["metrics"].polls.clear()
@@ -362,7 +477,7 @@ def test_rebuild_after_a_card_swap_moves_only_that_replica(day2):
     assert swap.rc == 0, swap.stdout[-5000:] + swap.stderr[-2000:]
     assert "cards changed since the replicas were registered" in swap.stdout
     assert "(stale: the worker restarts)" in swap.stdout
-    assert restarts(day2) == 1
+    assert restarts(day2) == count + 1
     gpus = [g for g in server.items("/v2/gpu-devices") if g["worker_name"] == "node-b"]
     assert sorted(g["name"] for g in gpus) == ["NVIDIA GeForce RTX 3090"] * 3
     b = model(server, "qwen-node-b")
@@ -383,31 +498,42 @@ def test_rebuild_after_a_card_swap_moves_only_that_replica(day2):
 
     again = play(day2, REBUILD, limit="node-b")
     assert again.rc == 0 and recap(again, "node-b")["changed"] == 0, again.stdout[-3000:]
-    assert restarts(day2) == 1
+    assert restarts(day2) == count + 1
 
 
 def test_rebuild_refuses_a_pair_that_no_longer_fits_before_touching_anything(day2):
+    """Issue #8: "a pair that no longer fits fails with the reason before anything is torn down"."""
     server = day2["server"]
-    before = (model(server, "qwen-node-b"), instance_ids(server, "qwen-node-b"), route_targets(server))
+    # Start: both replicas registered and recorded, node-b on the 3090s, route 58/42.
+    replicas_serving(day2, CARDS_3090S)
+    count = restarts(day2)
+    before = snapshot(server)
     record = day2["state_file"]["node-b"].read_text()
-    good = day2["node_b_rec"].read_text()
-    # Two Turing cards (compute capability 7.5): no FP4 path for the NVFP4 checkpoint.
+    # node-b now has two Turing cards (compute capability 7.5): no FP4 path for the NVFP4 checkpoint.
     derive_recording(NVML / "node-b-2x4090.json", day2["node_b_rec"], name="Tesla T4", memory=15 * GIB, cc=(7, 5),
                      uuid="GPU-7475a000-0000-4000-8000")
     day2["metrics"].polls.clear()
     try:
         res = play(day2, REBUILD, limit="node-b")
     finally:
-        day2["node_b_rec"].write_text(good)
+        day2["node_b_rec"].write_text(CARDS_3090S)
     assert res.rc != 0
-    assert "needs an FP4 path, and this pair (compute capability 7.5) has none" in res.stdout
-    assert restarts(day2) == 1 and not day2["metrics"].polls  # no restart, no drain
-    assert (model(server, "qwen-node-b"), instance_ids(server, "qwen-node-b"), route_targets(server)) == before
+    assert "needs an FP4 path, and this pair (compute capability 7.5) has none" in res.stdout, res.stdout[-4000:]
+    # Refused at the check, before the first task that changes anything.
+    assert "TASK [Drain this node from its routes]" not in res.stdout
+    assert recap(res, "node-b")["failed"] == 1
+    # Nothing was torn down: no restart, no drain (vLLM's counters never polled), GPUStack exactly as before
+    # (workers, GPUs, both models' records, instances, route and target ids and weights), the record unchanged.
+    assert restarts(day2) == count and not day2["metrics"].polls
+    assert snapshot(server) == before
     assert day2["state_file"]["node-b"].read_text() == record
 
 
 def test_rebuild_of_a_reinstalled_node_removes_the_ghost_worker(day2):
     server = day2["server"]
+    # Start: both replicas registered and recorded, node-b on the 3090s, route 58/42.
+    replicas_serving(day2, CARDS_3090S)
+    count = restarts(day2)
     old = workers(server)
     assert [w["name"] for w in old] == ["node-b"]
 
@@ -426,6 +552,12 @@ def test_rebuild_of_a_reinstalled_node_removes_the_ghost_worker(day2):
     day2["worker_cmd"]("start")
     wait_for(lambda: "Worker with name 'node-b' already exists" in day2["worker_log"].read_text()[log_size:],
              timeout=120, what="GPUStack to refuse the reinstalled worker under the held name")
+    # GPUStack 2.2.3's worker retries its registration 10 times, 3 s apart, then gives up and exits (a systemd
+    # unit with Restart=on-failure stays down). Run the play once it has given up: while it still retries, it
+    # registers on its own as soon as the play deletes the ghost record, and the outcome depends on timing (the
+    # flake of the clean CI run: the play's restart can land in the middle of that registration).
+    wait_for(lambda: "Worker has shut down." in day2["worker_log"].read_text()[log_size:], timeout=180,
+             what="the refused worker to give up its registration")
 
     res = play(day2, REBUILD, limit="node-b")
     assert res.rc == 0, res.stdout[-5000:] + res.stderr[-2000:]
@@ -439,22 +571,27 @@ def test_rebuild_of_a_reinstalled_node_removes_the_ghost_worker(day2):
     assert inst["id"] not in fresh and len(fresh) == 1
     assert model(server, "qwen-node-b")["gpu_selector"]["gpu_ids"] == ["node-b:cuda:1", "node-b:cuda:2"]
     assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
-    assert restarts(day2) == 2
+    assert restarts(day2) == count + 1
 
 
 # -- upgrade.yml --------------------------------------------------------------------------------------
 
 def test_upgrade_drains_one_replica_at_a_time_and_a_second_run_changes_nothing(day2):
     server = day2["server"]
+    # Start: both replicas registered for the inventory's pins, route 58/42, no drain left over.
+    replicas_serving(day2, CARDS_3090S)
     ids = {n: v["id"] for n, v in route_targets(server).items()}
     instances = {n: instance_ids(server, n) for n in ("qwen-node-a", "qwen-node-b")}
     day2["metrics"].polls.clear()
     day2["metrics"].busy.update({"node-a": 2, "node-b": 1})
 
-    # The pin that moves: the runner image, now pinned (the 0.25.1 runner for the nodes' CUDA 13.0).
+    # The pin that moves: a new checkpoint revision (a directory no replica used yet). The runner image gets
+    # pinned on the way (the 0.25.1 runner for the nodes' CUDA 13.0) where the registration had none.
+    new = set_checkpoint(day2, "ckpt-upgrade-%d" % time.monotonic_ns())
     res = play(day2, UPGRADE)
     assert res.rc == 0, res.stdout[-6000:] + res.stderr[-2000:]
     for name in ("qwen-node-a", "qwen-node-b"):
+        assert model(server, name)["local_path"] == new["path"], model(server, name)
         assert model(server, name)["image_name"].endswith("runner:cuda13.0-vllm0.25.1"), model(server, name)
         assert not set(instance_ids(server, name)) & set(instances[name])  # rolled out
     polls = day2["metrics"].polls
@@ -463,6 +600,7 @@ def test_upgrade_drains_one_replica_at_a_time_and_a_second_run_changes_nothing(d
     assert all(p[2] == {"qwen-node-a": 58, "qwen-node-b": 0} for p in polls if p[0] == "node-b")
     assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
     assert {n: v["id"] for n, v in route_targets(server).items()} == ids
+    assert not [t for t in server.items("/v2/model-route-targets") if t.get("fallback_status_codes")]
 
     polls.clear()
     again = play(day2, UPGRADE)
@@ -473,7 +611,9 @@ def test_upgrade_drains_one_replica_at_a_time_and_a_second_run_changes_nothing(d
 
 def test_upgrade_refuses_a_vllm_pin_without_runner_image_before_draining(day2):
     server = day2["server"]
-    before = ({n: model(server, n) for n in ("qwen-node-a", "qwen-node-b")}, route_targets(server))
+    # Start: both replicas registered, route 58/42, no drain left over.
+    replicas_serving(day2, CARDS_3090S)
+    before = snapshot(server)
     day2["metrics"].polls.clear()
     res = play(day2, UPGRADE, pairserve_vllm_version="0.27.1")
     assert res.rc != 0
@@ -483,30 +623,37 @@ def test_upgrade_refuses_a_vllm_pin_without_runner_image_before_draining(day2):
     assert "Rolled back: no replica had changed yet; route weights untouched." in msg
     assert recap(res, "node-b") is None  # the play stopped at node-a
     assert not day2["metrics"].polls
-    assert ({n: model(server, n) for n in ("qwen-node-a", "qwen-node-b")}, route_targets(server)) == before
+    assert snapshot(server) == before
 
 
 def test_upgrade_rolls_back_a_replica_that_fails_verification(day2):
     server = day2["server"]
+    # Start: both replicas registered, route 58/42, no drain left over.
+    replicas_serving(day2, CARDS_3090S)
     ids = {n: v["id"] for n, v in route_targets(server).items()}
     a_before, b_before = model(server, "qwen-node-a"), model(server, "qwen-node-b")
     b_instances = instance_ids(server, "qwen-node-b")
     day2["metrics"].polls.clear()
 
-    # A new checkpoint revision; the new replica never runs here, so verification times out.
+    # A new checkpoint revision; the new replica never runs here, so verification times out. The restored
+    # registration cannot run either: the rollback's wait for it gives up after pairserve_upgrade_rollback_timeout
+    # (900 s by default) and the weight comes back anyway, saying so.
     new = dict(day2["checkpoint"], path=str(day2["tmp"] / "ckpt-2"))
     res = play(day2, UPGRADE, pairserve_checkpoint=new, pairserve_upgrade_verify=True,
-               pairserve_verify_wait_timeout=4, pairserve_verify_poll_interval=2)
+               pairserve_verify_wait_timeout=4, pairserve_verify_poll_interval=2, pairserve_upgrade_rollback_timeout=5)
     assert res.rc != 0
     msg = " ".join(res["msg"].split())
     assert msg.startswith("Upgrade of node-a failed at") and "Not every replica is running after 4 s" in msg, msg
-    assert "Rolled back: qwen-node-a (re-registered with 0.25.1 and rolled out again); route weights restored." in msg
+    assert ("Rolled back: qwen-node-a (re-registered with 0.25.1 and rolled out again, NOT running after 5 s: "
+            "look at its instance in GPUStack); route weights restored.") in msg, msg
     assert recap(res, "node-b") is None
     a_after = model(server, "qwen-node-a")
     assert a_after["local_path"] == a_before["local_path"] == day2["checkpoint"]["path"]
     assert a_after["backend_parameters"] == a_before["backend_parameters"]
+    assert a_after["image_name"] == a_before["image_name"]
     assert [p[2] for p in day2["metrics"].polls] == [{"qwen-node-a": 0, "qwen-node-b": 42}]  # drained during it
     assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
     assert {n: v["id"] for n, v in route_targets(server).items()} == ids
+    assert not [t for t in server.items("/v2/model-route-targets") if t.get("fallback_status_codes")]
     assert model(server, "qwen-node-b")["updated_at"] == b_before["updated_at"]
     assert instance_ids(server, "qwen-node-b") == b_instances
