@@ -37,8 +37,10 @@ def report():
 def test_check_mode_says_what_it_would_boot_and_changes_nothing():
     log = (DIR / "check.log").read_text()
     assert rc(DIR / "check.rc") == 0, log[-3000:]
-    assert "Check mode: nothing is drained or booted." in log, log[-3000:]
-    assert "seqs-2 (boot on node-b with" in log, log[-3000:]
+    # The YAML callback wraps long messages: compare with the whitespace folded.
+    words = " ".join(log.split())
+    assert "Check mode: nothing is drained or booted." in words, log[-3000:]
+    assert 'seqs-2 (boot on node-b with {"max_num_seqs": 2})' in words, log[-3000:]
     assert "TASK [Drain this node from its routes]" not in log
     before, after = _snap("before.json"), _snap("after-check.json")
     for name in (NODE_A, NODE_B):
