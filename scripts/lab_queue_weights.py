@@ -138,9 +138,9 @@ def backlog_phase(args, trace: Trace, key: str, replica: str, idle: dict, min_ch
         load = stop_load(args, phase, proc, log)
     back_after, back = trace.wait(phase + "-after", "%s's weight coming back after its backlog" % replica,
                                   lambda w: w[replica] >= idle[replica] - min_change, args.settle_timeout)
+    figures = (replica, load["requests"], idle[replica], low[replica], fell_after, lowest, back[replica], back_after)
     print("lab weights: backlog on %s (%d requests straight to it): weight %d -> %d after %.0f s, lowest %d; "
-          "back to %d %.0f s after the backlog ended" % (replica, load["requests"], idle[replica], low[replica],
-                                                          fell_after, lowest, back[replica], back_after), flush=True)
+          "back to %d %.0f s after the backlog ended" % figures, flush=True)
     return {"replica": replica, "fell_after_s": fell_after, "weight_fallen": low[replica], "lowest": lowest,
             "back_after_s": back_after, "weight_back": back[replica], "load": load}
 

@@ -510,8 +510,8 @@ def _verdicts(comparison):
     out = {"improved": [], "regressed": [], "unchanged": []}
     for block in comparison or []:
         for row in block.get("rows", []):
-            out.setdefault(row["verdict"], []).append("%s: %s (%+.1f %%)" % (block["target"], row["metric"],
-                                                                           row["change"] * 100))
+            line = "%s: %s (%+.1f %%)" % (block["target"], row["metric"], row["change"] * 100)
+            out.setdefault(row["verdict"], []).append(line)
     return out
 
 
