@@ -299,6 +299,16 @@ def _weights_state(run):
     return "; not applied (set pairserve_bench_apply_weights: true)"
 
 
+def _comparison_table(block, candidate):
+    """Markdown rows of one comparison block (baseline against ``candidate``), metric by metric."""
+    rows = ["| metric | %s | %s | change | verdict |" % (block["baseline"], candidate), "|---|---:|---:|---:|---|"]
+    for row in block["rows"]:
+        rows.append("| %s | %s | %s | %+.1f %% | %s |" % (row["metric"], _fmt(row["baseline"], 3),
+                                                          _fmt(row["candidate"], 3), row["change"] * 100,
+                                                          row["verdict"]))
+    return rows
+
+
 def render_markdown(run):
     """The report a person reads at a glance: one table of targets, then weights, sweep and A/B."""
     lines = ["# pairserve bench: %s" % run["label"], "",
@@ -342,13 +352,8 @@ def render_markdown(run):
     if run.get("comparison"):
         lines += ["", "## A/B against other arms", ""]
         for block in run["comparison"]:
-            lines += ["Arm `%s` against `%s` on `%s`:" % (block["candidate"], block["baseline"], block["target"]), "",
-                      "| metric | %s | %s | change | verdict |" % (block["baseline"], block["candidate"]),
-                      "|---|---:|---:|---:|---|"]
-            for row in block["rows"]:
-                lines.append("| %s | %s | %s | %+.1f %% | %s |" % (row["metric"], _fmt(row["baseline"], 3),
-                                                                   _fmt(row["candidate"], 3), row["change"] * 100,
-                                                                   row["verdict"]))
+            lines += ["Arm `%s` against `%s` on `%s`:" % (block["candidate"], block["baseline"], block["target"]), ""]
+            lines += _comparison_table(block, block["candidate"])
             lines.append("")
     lines += ["", "Files: `results.json` (every number), `plot.png`.", ""]
     return "\n".join(lines)
@@ -587,13 +592,8 @@ def render_summary_markdown(summary):
                 lines += ["", "**%s** at `%s`: %s" % (arm["status"].replace("_", " "), arm.get("failed_check") or "-",
                                                       arm.get("why") or "-")]
             for block in arm.get("comparison") or []:
-                lines += ["", "Against `%s` on `%s`:" % (block["baseline"], block["target"]), "",
-                          "| metric | %s | %s | change | verdict |" % (block["baseline"], arm["name"]),
-                          "|---|---:|---:|---:|---|"]
-                for row in block["rows"]:
-                    lines.append("| %s | %s | %s | %+.1f %% | %s |" % (row["metric"], _fmt(row["baseline"], 3),
-                                                                       _fmt(row["candidate"], 3), row["change"] * 100,
-                                                                       row["verdict"]))
+                lines += ["", "Against `%s` on `%s`:" % (block["baseline"], block["target"]), ""]
+                lines += _comparison_table(block, arm["name"])
             if arm.get("not_compared"):
                 lines += ["", "Measured but not compared (the baseline has no target of that name): %s."
                           % ", ".join(arm["not_compared"])]
