@@ -58,7 +58,8 @@ def speeds(args) -> int:
     if missing:
         raise SystemExit("lab weights: the bench run %s measured no %s" % (args.bench, ", ".join(sorted(missing))))
     settings = yaml.safe_load(args.base.read_text())
-    static = {FAST: 58, SLOW: 42}
+    # The inventory's route weights stay the static ones (the controller gives them back when it is turned off).
+    static = {"%s-%s" % (ROUTE, host): weight for host, weight in WEIGHTS.items()}
     settings["pairserve_controller_replicas"] = [
         {"name": name, "prefill_tps": measured[name][0], "decode_tps": measured[name][1], "static_weight": static[name]}
         for name in (FAST, SLOW)]
