@@ -373,7 +373,7 @@ PY
 }
 
 day2_sleepwake() {
-  local dir=$state/sleep_wake start=$SECONDS
+  local dir=$state/sleep_wake start=$SECONDS since
   mkdir -p "$dir"
   rm -f "$dir/demo.rc" "$dir/result.json"
   # The lab's settings: sleep after 30 s idle (not 30 min), look every 2 s, wake when node-a has 2 requests
@@ -394,16 +394,18 @@ pairserve_controller_replicas:
   - {name: qwen-node-b, prefill_tps: 2000, decode_tps: 245, static_weight: 42}
 YAML
   echo "=== lab sleep/wake: the controller on (sleep mode, 30 s idle)"
+  # The journal keeps earlier runs: this run's lines only, so the suite cannot pass on an older run's log.
+  since=$(podman exec pairserve-lab-node-a date "+%Y-%m-%d %H:%M:%S")
   play "$dir/enable.log" "$dir/enable.rc" playbooks/controller.yml -e "@$dir/controller.yml"
   python scripts/lab_sleep_wake.py --dir "$dir" --result "$dir/result.json" || echo $? >"$dir/demo.rc"
-  podman exec pairserve-lab-node-a journalctl -u pairserve-controller --no-pager -o short-iso >"$dir/controller.journal" 2>&1 || true
+  podman exec pairserve-lab-node-a journalctl -u pairserve-controller --since "$since" --no-pager -o short-iso >"$dir/controller.journal" 2>&1 || true
   echo "=== lab sleep/wake: the controller off again"
   play "$dir/disable.log" "$dir/disable.rc" playbooks/controller.yml -e pairserve_controller_enabled=false
   echo "=== lab sleep/wake took $((SECONDS - start)) s"
 }
 
 day2_weights() {
-  local dir=$state/queue_weights start=$SECONDS container results
+  local dir=$state/queue_weights start=$SECONDS container results since
   mkdir -p "$dir"
   rm -rf "$dir/bench" "$dir/demo.rc" "$dir/result.json"
   # Replicas of different speed, as the seed's pairs are: node-b's replica container gets a fraction of its core
@@ -430,10 +432,12 @@ YAML
   if [ -n "$results" ] && python scripts/lab_queue_weights.py speeds --bench "$results" \
     --base "$dir/controller-base.yml" --out "$dir/controller.yml"; then
     echo "=== lab weights: the controller on (weights mode, the measured speeds)"
+    # The journal keeps earlier runs: this run's lines only, so the suite cannot pass on an older run's log.
+    since=$(podman exec pairserve-lab-node-a date "+%Y-%m-%d %H:%M:%S")
     play "$dir/enable.log" "$dir/enable.rc" playbooks/controller.yml -e "@$dir/controller.yml"
     python scripts/lab_queue_weights.py demo --vars "$dir/controller.yml" --dir "$dir" --result "$dir/result.json" ||
       echo $? >"$dir/demo.rc"
-    podman exec pairserve-lab-node-a journalctl -u pairserve-controller --no-pager -o short-iso \
+    podman exec pairserve-lab-node-a journalctl -u pairserve-controller --since "$since" --no-pager -o short-iso \
       >"$dir/controller.journal" 2>&1 || true
     echo "=== lab weights: the controller off again (the route gets its static weights back)"
     play "$dir/disable.log" "$dir/disable.rc" playbooks/controller.yml -e "@$dir/controller.yml" \
