@@ -3,7 +3,9 @@
 # untracked-not-ignored files there (a git repo of its own, so ansible-test lists exactly those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dest=${SANITY_DIR:-/tmp/pairserve-sanity}/ansible_collections/pairserve/llm
+# One directory per checkout: two checkouts' runs at once (a CI clone beside a working copy) must not delete
+# each other's copy and venv half-way.
+dest=${SANITY_DIR:-/tmp/pairserve-sanity-$(pwd | sha1sum | cut -c1-10)}/ansible_collections/pairserve/llm
 rm -rf "$dest" && mkdir -p "$dest"
 git ls-files -z --cached --others --exclude-standard | rsync -a --ignore-missing-args --from0 --files-from=- ./ "$dest/"
 cd "$dest"
