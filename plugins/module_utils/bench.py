@@ -127,7 +127,8 @@ def single_stream(client, model, decode_tokens, requests, ignore_eos=True):
     decode = [r["decode_tok_s"] for r in runs if r["decode_tok_s"]]
     return {"decode_tok_s": round(statistics.median(decode), 2) if decode else None,
             "ttft_s": round(statistics.median(r["ttft_s"] for r in runs), 4),
-            "completion_tokens": runs[0]["completion_tokens"], "requests": requests}
+            "completion_tokens": runs[0]["completion_tokens"], "prompt_tokens": runs[0]["prompt_tokens"],
+            "requests": requests}
 
 
 def concurrent(client, model, concurrency, decode_tokens, rounds, ignore_eos=True):

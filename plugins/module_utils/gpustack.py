@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import socket
 import time
+from http.cookiejar import CookieJar
 
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlencode, quote
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import Request, make_context
 
 # Methods GPUStack handles idempotently: safe to repeat after a 5xx or a dropped connection.
 IDEMPOTENT_METHODS = frozenset(("GET", "PUT", "DELETE", "HEAD"))
@@ -110,6 +111,7 @@ class GpuStackClient:
         self.timeout = timeout
         self.validate_certs = validate_certs
         self.retries = max(0, int(retries))
+        self._session = None  # an ansible Request with one TLS context, made at the first call
         self.backoff = backoff
         self._sleep = sleep
         # (method, path) of every request that reached the server; tests count PUTs with it.
@@ -131,6 +133,14 @@ class GpuStackClient:
             return {"url_username": self.username, "url_password": self.password, "force_basic_auth": True}
         return {}
 
+    def _http(self):
+        """open_url would load the system CA store for every call (~40 ms of CPU, http:// URLs included);
+        one context serves every call of this client. The cookie jar is a fresh one per call, as with open_url."""
+        if self._session is None:
+            self._session = Request(validate_certs=self.validate_certs,
+                                    context=make_context(validate_certs=self.validate_certs))
+        return self._session
+
     def url(self, path, params=None):
         url = self.base_url + path
         if params:
@@ -151,8 +161,8 @@ class GpuStackClient:
         attempt = 0
         while True:
             try:
-                resp = open_url(url, method=method, data=data, headers=headers, timeout=self.timeout,
-                                validate_certs=self.validate_certs, follow_redirects="none", **auth)
+                resp = self._http().open(method, url, data=data, headers=headers, timeout=self.timeout,
+                                         follow_redirects="none", cookies=CookieJar(), **auth)
                 raw = resp.read()
                 self.calls.append((method, path))
                 if not raw:

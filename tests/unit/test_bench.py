@@ -124,10 +124,19 @@ def test_results_json_is_what_the_report_says(tmp_path):
     assert json.loads(path.read_text())["weights"] == {"qwen-node-a": 58, "qwen-node-b": 42}
 
 
-def test_measured_requests_never_repeat_a_prompt():
+def test_measured_requests_never_repeat_a_prompt_nor_rebuild_the_tls_context(monkeypatch):
     """Every single-stream and concurrent request carries a prompt vLLM has not seen, so prefix caching cannot
-    turn the measured TTFT into a cache hit's. Checked on the wire, against a local streaming endpoint."""
+    turn the measured TTFT into a cache hit's. Checked on the wire, against a local streaming endpoint.
+    The client builds its TLS context once: building it per request put ~40 ms of CA loading into every TTFT."""
     seen = []
+    contexts = []
+    real_make_context = openai_probe.make_context
+
+    def counting_make_context(**kwargs):
+        contexts.append(kwargs)
+        return real_make_context(**kwargs)
+
+    monkeypatch.setattr(openai_probe, "make_context", counting_make_context)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 - http.server API
@@ -148,7 +157,7 @@ def test_measured_requests_never_repeat_a_prompt():
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         client = openai_probe.Client("http://127.0.0.1:%d" % httpd.server_address[1], None, 10)
-        bench.single_stream(client, "m", 3, 3)
+        single = bench.single_stream(client, "m", 3, 3)
         bench.concurrent(client, "m", 2, 3, 2)
     finally:
         httpd.shutdown()
@@ -156,3 +165,5 @@ def test_measured_requests_never_repeat_a_prompt():
     assert len(seen) == 7, seen
     assert len(set(seen)) == len(seen), seen
     assert all(p.endswith(bench.SHORT_PROMPT) for p in seen), seen
+    assert single["prompt_tokens"] == 12 and single["completion_tokens"] == 3, single
+    assert contexts == [{"validate_certs": True}], contexts

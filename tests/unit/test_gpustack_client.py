@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
+from ansible_collections.pairserve.llm.plugins.module_utils import gpustack as gpustack_utils  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (  # noqa: E402
     GpuStackClient,
     GpuStackError,
@@ -120,6 +121,20 @@ def test_bearer_key_is_sent(server):
     client = client_for(server.url, api_key="gpustack_abc")[0]
     client.get("/v2/clusters")
     assert server.seen[0]["auth"] == "Bearer gpustack_abc"
+
+
+def test_one_tls_context_serves_every_call_and_each_call_authenticates(server, monkeypatch):
+    # open_url loaded the CA store for every call (~40 ms of CPU each, http:// too); the client now builds one
+    # context. Every call still carries its own credentials: nothing rides on a cookie from an earlier call.
+    made = []
+    real_make_context = gpustack_utils.make_context
+    monkeypatch.setattr(gpustack_utils, "make_context", lambda **kw: made.append(kw) or real_make_context(**kw))
+    client = client_for(server.url, api_key=None, username="admin", password="pw", validate_certs=False)[0]
+    for dummy in range(3):
+        client.get("/v2/workers")
+    assert made == [{"validate_certs": False}]
+    expected = "Basic " + base64.b64encode(b"admin:pw").decode()
+    assert [s["auth"] for s in server.seen] == [expected] * 3
 
 
 def test_fastapi_validation_detail_is_quoted(server):
