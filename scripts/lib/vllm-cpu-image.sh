@@ -7,28 +7,47 @@ pairserve_vllm_cpu_image() {
   echo "localhost/pairserve-vllm-cpu:$version"
 }
 
-# pairserve_build_vllm_cpu_image <version> [venv] [NAME=VALUE]: the venv defaults to scripts/build_vllm_cpu.sh's;
-# NAME=VALUE is one more environment variable of the image (the upgrade scenario's 0.25.1 image needs one).
+# pairserve_build_vllm_cpu_image <version> [venv] [NAME=VALUE] [narrow-torch-import]: the venv defaults to
+# scripts/build_vllm_cpu.sh's; NAME=VALUE is one more environment variable of the image, and a non-empty fourth
+# argument installs scripts/lib/torch_import_affinity.py (`import torch` on the replica's own CPUs: the file says
+# why). The upgrade scenario's 0.25.1 image needs both.
 pairserve_build_vllm_cpu_image() {
-  local version=$1 image venv=${2:-} env=${3:-} ctx
+  local version=$1 image venv=${2:-} env=${3:-} hook=${4:-} hook_file hook_sum="" hook_steps="" ctx
   image=$(pairserve_vllm_cpu_image "$version")
-  # Rebuilt when the node image under it was (its recipe label is inherited and compared), or lacks the variable.
+  hook_file=$pairserve_root/scripts/lib/torch_import_affinity.py
+  [ -z "$hook" ] || hook_sum=$(sha256sum <"$hook_file" | cut -c1-16)
+  # Rebuilt when the node image under it was (its recipe label is inherited and compared), when it lacks the
+  # variable, or when it carries another version of the import hook than asked (none included).
   if podman image exists "$image" &&
     [ "$(pairserve_image_recipe "$image")" = "$(pairserve_image_recipe "$PAIRSERVE_NODE_IMAGE")" ] &&
-    { [ -z "$env" ] || podman image inspect --format '{{range .Config.Env}}{{println .}}{{end}}' "$image" | grep -qxF "$env"; }; then
+    { [ -z "$env" ] || podman image inspect --format '{{range .Config.Env}}{{println .}}{{end}}' "$image" | grep -qxF "$env"; } &&
+    [ "$(podman image inspect --format '{{index .Labels "org.pairserve.torch-import-affinity"}}' "$image")" = "${hook_sum:-none}" ]; then
     return 0
   fi
   venv=${venv:-$pairserve_root/.cache/vllm-cpu/$version/venv}
   [ -x "$venv/bin/python" ] || { echo "no vLLM CPU venv at $venv: run scripts/build_vllm_cpu.sh $version" >&2; return 1; }
   ctx=$(mktemp -d)
+  if [ -n "$hook_sum" ]; then
+    cp "$hook_file" "$ctx/torch_import_affinity.py"
+    # A .pth line, not sitecustomize: Debian's /usr/lib/python3.11/sitecustomize.py would shadow one in the venv.
+    hook_steps=$(cat <<'STEPS'
+COPY torch_import_affinity.py /opt/vllm/pairserve_torch_import_affinity.py
+RUN site=$(/opt/vllm/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+ && mv /opt/vllm/pairserve_torch_import_affinity.py "$site/" \
+ && echo 'import pairserve_torch_import_affinity' >"$site/pairserve_torch_import_affinity.pth" \
+ && VLLM_CPU_OMP_THREADS_BIND=0 /opt/vllm/bin/python -c 'import os, sys, torch; assert "pairserve_torch_import_affinity" in sys.modules; print("torch", torch.__version__, "imported; affinity after:", sorted(os.sched_getaffinity(0)))'
+STEPS
+)
+  fi
   cat >"$ctx/Containerfile" <<CONTAINERFILE
 FROM $PAIRSERVE_NODE_IMAGE
-LABEL org.pairserve.lab=true org.pairserve.vllm-version=$version
+LABEL org.pairserve.lab=true org.pairserve.vllm-version=$version org.pairserve.torch-import-affinity=${hook_sum:-none}
 RUN cp -a /src /opt/vllm \\
  && ln -sfn /usr/bin/python3.11 /opt/vllm/bin/python3.11 \\
  && sed -i -e 's#^home = .*#home = /usr/bin#' -e '/^executable/d' -e '/^command/d' /opt/vllm/pyvenv.cfg \\
  && /opt/vllm/bin/python -c 'import vllm, sys; print("vllm", vllm.__version__, "on", sys.version.split()[0])' \\
  && /opt/vllm/bin/python -c 'from vllm.platforms.cpu import CpuPlatform; import torch; CpuPlatform.import_kernels(); torch.ops._C.init_cpu_memory_env'
+$hook_steps
 ENV PATH=/opt/vllm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${env:+
 ENV $env}
 CMD ["python", "-m", "vllm.entrypoints.openai.api_server", "--help"]
