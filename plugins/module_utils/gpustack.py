@@ -331,6 +331,19 @@ def absent_diff(name, existing):
     return {"before": existing or {}, "after": {}, "before_header": name, "after_header": "%s (absent)" % name}
 
 
+def ensure_absent(module, client, result, kind, path, name, existing, shown=None):
+    """state=absent of a module: delete ``existing`` (check mode: only say so) with a diff showing ``shown``
+    (default: the object itself), then exit. Nothing to delete is changed=false."""
+    if existing:
+        result.update(changed=True, diff=absent_diff("%s %s" % (kind, name), existing if shown is None else shown))
+        if not module.check_mode:
+            try:
+                client.delete(path_id(path, existing["id"]))
+            except GpuStackError as err:
+                fail(module, err, "cannot delete GPUStack %s %r" % (kind, name))
+    module.exit_json(**result)
+
+
 def fail(module, err, action):
     """fail_json quoting the server's own message and keeping the HTTP status for playbooks."""
     module.fail_json(msg="%s: %s" % (action, err), **err.to_result())

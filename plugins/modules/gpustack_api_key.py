@@ -138,7 +138,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     GPUSTACK_REQUIRED_ONE_OF,
     GpuStackClient,
     GpuStackError,
-    absent_diff,
+    ensure_absent,
     fail,
     field_diff,
     gpustack_argument_spec,
@@ -197,15 +197,8 @@ def main():
         fail(module, err, "cannot read GPUStack API keys")
 
     if p["state"] == "absent":
-        if existing:
-            result["changed"] = True
-            result["diff"] = absent_diff("api key %s" % name, _public(existing))
-            if not module.check_mode:
-                try:
-                    client.delete(path_id("/v2/api-keys", existing["id"]))
-                except GpuStackError as err:
-                    fail(module, err, "cannot delete GPUStack API key %r" % name)
-        module.exit_json(**result)
+        ensure_absent(module, client, result, "API key", "/v2/api-keys", name, existing,
+                      _public(existing) if existing else None)
 
     desired = {"name": name, "description": p["description"], "scope": sorted(p["scope"]),
                "allowed_model_names": p["allowed_model_names"]}

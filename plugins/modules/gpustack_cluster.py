@@ -118,7 +118,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     GPUSTACK_REQUIRED_ONE_OF,
     GpuStackClient,
     GpuStackError,
-    absent_diff,
+    ensure_absent,
     fail,
     field_diff,
     gpustack_argument_spec,
@@ -154,15 +154,8 @@ def main():
         fail(module, err, "cannot read GPUStack clusters")
 
     if p["state"] == "absent":
-        if existing:
-            result["changed"] = True
-            result["diff"] = absent_diff("cluster %s" % name, _public(existing))
-            if not module.check_mode:
-                try:
-                    client.delete(path_id("/v2/clusters", existing["id"]))
-                except GpuStackError as err:
-                    fail(module, err, "cannot delete GPUStack cluster %r" % name)
-        module.exit_json(**result)
+        ensure_absent(module, client, result, "cluster", "/v2/clusters", name, existing,
+                      _public(existing) if existing else None)
 
     desired = {"name": name, "description": p["description"]}
     if existing and existing.get("provider") != p["provider"]:

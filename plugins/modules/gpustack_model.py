@@ -177,7 +177,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     GPUSTACK_REQUIRED_ONE_OF,
     GpuStackClient,
     GpuStackError,
-    absent_diff,
+    ensure_absent,
     fail,
     field_diff,
     gpustack_argument_spec,
@@ -316,11 +316,7 @@ def main():
         client = GpuStackClient.from_module(module)
         existing = client.find("/v2/models", name)
         if p["state"] == "absent":
-            if existing:
-                result.update(changed=True, diff=absent_diff("model %s" % name, existing))
-                if not module.check_mode:
-                    client.delete(path_id("/v2/models", existing["id"]))
-            module.exit_json(**result)
+            ensure_absent(module, client, result, "model", "/v2/models", name, existing)
         cluster_id = client.resolve_cluster_id(p["cluster"])
         if p["gpu_ids"]:
             precheck_gpus(module, client, p, cluster_id)

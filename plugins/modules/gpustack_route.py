@@ -133,7 +133,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     GPUSTACK_REQUIRED_ONE_OF,
     GpuStackClient,
     GpuStackError,
-    absent_diff,
+    ensure_absent,
     fail,
     field_diff,
     gpustack_argument_spec,
@@ -204,11 +204,8 @@ def main():
             current = [t for t in client.list("/v2/model-route-targets", {"route_id": existing["id"]})
                        if t.get("route_id") == existing["id"] and not t.get("deleted_at")]
         if p["state"] == "absent":
-            if existing:
-                result.update(changed=True, diff=absent_diff("route %s" % name, dict(existing, route_targets=current)))
-                if not module.check_mode:
-                    client.delete(path_id("/v2/model-routes", existing["id"]))
-            module.exit_json(**result)
+            ensure_absent(module, client, result, "route", "/v2/model-routes", name, existing,
+                          dict(existing, route_targets=current) if existing else None)
         models = client.list("/v2/models")
     except GpuStackError as err:
         fail(module, err, "cannot read GPUStack route %r" % name)
