@@ -696,10 +696,8 @@ lab_test() {  # what CI runs: up, the test suite against the running lab, down, 
       --rootdir=molecule/default molecule/default/tests || rc=$?
   fi
   # Day 2 on the same lab (molecule/<scenario> runs the same side effect and tests on a lab of its own), when
-  # PAIRSERVE_LAB_SCENARIOS names them (e.g. "upgrade hardware_swap"). None by default: on this 2-core kind of
-  # machine a replica that restarts while the other serves the request loop can be starved for minutes (the
-  # other replica's busy vLLM worker and the booting one's helper processes end up on one core; seen once in
-  # three upgrade runs), which makes those scenarios too slow and too uneven for CI's budget.
+  # PAIRSERVE_LAB_SCENARIOS names them (e.g. "upgrade hardware_swap"). None by default: CI's budget is 45 minutes,
+  # and the upgrade scenario alone takes about 40 on this 2-core kind of machine (docs/lab.md, "Status").
   # `make molecule` and `scripts/lab.sh upgrade|swap|sleepwake` run them.
   local scenario
   day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-core}
