@@ -230,6 +230,7 @@ class GpuStackServer:
     cluster_name: str = CLUSTER_NAME
     cluster_id: int = 0
     worker_name: str = WORKER_NAME
+    worker_port: int = 0
     gpu_count: int = 2
     server_log: Path = None
     worker_log: Path = None
@@ -299,7 +300,7 @@ class GpuStackServer:
         worker_dir = self.root / "worker"
         (worker_dir / "data").mkdir(parents=True)
         (worker_dir / "data" / "worker_uuid").write_text("00000000-0000-4000-8000-%012d\n" % api_port)
-        worker_port = free_port()
+        worker_port = self.worker_port = free_port()
         worker_cfg = {
             "server_url": self.api_url, "token": self._token, "worker_name": self.worker_name,
             "data_dir": str(worker_dir / "data"), "log_dir": str(worker_dir / "log"),

@@ -287,11 +287,13 @@ def day2(gpustack_server, tmp_path_factory):
                     "pairserve_gpustack_cluster_name": gpustack_server.cluster_name}}},
                 "gpu_nodes": {"hosts": {
                     "node-a": {"pairserve_gpustack_worker_name": gpustack_server.worker_name,
+                               "pairserve_gpustack_worker_port": gpustack_server.worker_port,
                                "pairserve_nvml_replay": str(node_a_rec),
                                "pairserve_gpustack_worker_data_dir": str(gpustack_server.root / "worker" / "data"),
                                "pairserve_rebuild_state_file": str(state["state_file"]["node-a"]),
                                "pairserve_day2_metrics_url": f"{metrics.url}/node-a/metrics"},
                     "node-b": {"pairserve_nvml_replay": str(node_b_rec),
+                               "pairserve_gpustack_worker_port": config["worker_port"],
                                "pairserve_gpustack_worker_data_dir": str(wdir / "data"),
                                "pairserve_rebuild_state_file": str(state["state_file"]["node-b"]),
                                "pairserve_rebuild_worker_restart_command": base + ["restart"],
