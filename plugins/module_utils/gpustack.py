@@ -19,7 +19,7 @@ from http.cookiejar import CookieJar
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlencode, quote
-from ansible.module_utils.urls import Request, make_context
+from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import reusable_request
 
 # Methods GPUStack handles idempotently: safe to repeat after a 5xx or a dropped connection.
 IDEMPOTENT_METHODS = frozenset(("GET", "PUT", "DELETE", "HEAD"))
@@ -134,11 +134,9 @@ class GpuStackClient:
         return {}
 
     def _http(self):
-        """open_url would load the system CA store for every call (~40 ms of CPU, http:// URLs included);
-        one context serves every call of this client. The cookie jar is a fresh one per call, as with open_url."""
+        """One TLS context for every call of this client (urls_session says why)."""
         if self._session is None:
-            self._session = Request(validate_certs=self.validate_certs,
-                                    context=make_context(validate_certs=self.validate_certs))
+            self._session = reusable_request(self.validate_certs)
         return self._session
 
     def url(self, path, params=None):

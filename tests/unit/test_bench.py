@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collect
 
 from ansible_collections.pairserve.llm.plugins.module_utils import bench  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import urls_session  # noqa: E402
 from support.ansible_runner import run_module  # noqa: E402
 
 
@@ -130,13 +131,13 @@ def test_measured_requests_never_repeat_a_prompt_nor_rebuild_the_tls_context(mon
     The client builds its TLS context once: building it per request put ~40 ms of CA loading into every TTFT."""
     seen = []
     contexts = []
-    real_make_context = openai_probe.make_context
+    real_make_context = urls_session.make_context
 
     def counting_make_context(**kwargs):
         contexts.append(kwargs)
         return real_make_context(**kwargs)
 
-    monkeypatch.setattr(openai_probe, "make_context", counting_make_context)
+    monkeypatch.setattr(urls_session, "make_context", counting_make_context)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 - http.server API

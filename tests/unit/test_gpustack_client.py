@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
-from ansible_collections.pairserve.llm.plugins.module_utils import gpustack as gpustack_utils  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import urls_session  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (  # noqa: E402
     GpuStackClient,
     GpuStackError,
@@ -127,8 +127,8 @@ def test_one_tls_context_serves_every_call_and_each_call_authenticates(server, m
     # open_url loaded the CA store for every call (~40 ms of CPU each, http:// too); the client now builds one
     # context. Every call still carries its own credentials: nothing rides on a cookie from an earlier call.
     made = []
-    real_make_context = gpustack_utils.make_context
-    monkeypatch.setattr(gpustack_utils, "make_context", lambda **kw: made.append(kw) or real_make_context(**kw))
+    real_make_context = urls_session.make_context
+    monkeypatch.setattr(urls_session, "make_context", lambda **kw: made.append(kw) or real_make_context(**kw))
     client = client_for(server.url, api_key=None, username="admin", password="pw", validate_certs=False)[0]
     for dummy in range(3):
         client.get("/v2/workers")
