@@ -5,7 +5,10 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: deps caches lint sanity unit integration integration-day2 integration-upgrade molecule lab-test release-check docs test lab lab-down bench
+.PHONY: help deps caches lint sanity unit integration integration-day2 integration-upgrade molecule lab-test release-check docs test lab lab-down bench
+
+help: ## list the targets and what each does
+	@awk -F':.*## ' '/^[a-z][a-z0-9-]*:.*## /{printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 deps: ## apt packages, the pinned venv, dependency collections, the in-place collection link
 	bash scripts/bootstrap.sh
@@ -25,13 +28,13 @@ unit: deps ## fast tests: modules through Ansible over recorded NVML, rendering,
 integration: caches ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU)
 	bash scripts/pytest.sh --durations=15 -m "not day2 and not upgrade" tests/integration
 
-integration-day2: caches ## the day-2 plays against GPUStack (issue #8; out of `make test` until they pass in a clean run)
+integration-day2: caches ## the day-2 plays against GPUStack (out of `make test` until they pass in a clean run)
 	bash scripts/pytest.sh -m day2 tests/integration/gpustack/test_day2.py
 
-integration-upgrade: caches ## GPUStack 2.2.3 -> 2.3.0 on one database: data, keys, module idempotence (issue #8; out of `make test`)
+integration-upgrade: caches ## GPUStack 2.2.3 -> 2.3.0 on one database: data, keys, module idempotence (out of `make test`)
 	bash scripts/pytest.sh -m upgrade tests/integration/gpustack/test_upgrade_230.py
 
-lab-test: deps ## the lab end to end: up (figures), the testinfra suite against it, down, nothing left behind
+lab-test: deps ## the lab end to end: up (figures), the idempotence proof, the testinfra suite against it, down, nothing left behind
 	bash scripts/lab.sh test
 
 molecule: deps ## every molecule scenario in podman containers (default = the control plane alone, private network)

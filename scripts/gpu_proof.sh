@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-GPU proof (issue 11), not in CI: on a host with one NVLinked GPU pair (checked on 2x H200),
+# Real-GPU proof (docs/gpu-proof.md), not in CI: on a host with one NVLinked GPU pair (checked on 2x H200),
 #   1. gpu_pairs on the real NVML -> one pair (CUDA_VISIBLE_DEVICES by UUID)
 #   2. vllm_args renders the argv of a GPU profile for the test model; vLLM 0.25.1 boots with it, TP=2
 #   3. llm_verify's checks against that server: text, tool call, near-limit and past-limit (400), token count
@@ -9,7 +9,7 @@
 #
 # Usage (from the repository root):
 #   PROOF_OUT=DIR PROOF_CARRY=DIR [PROOF_PARTS=/tmp/parts | PROOF_VLLM_WHEEL=FILE] bash scripts/gpu_proof.sh
-# PROOF_CARRY holds wheels/ (vLLM's other requirements, ../shared/reference/vllm-gpu/device-wheels.txt),
+# PROOF_CARRY holds wheels/ (vLLM 0.25.1's other requirements, as cp312 wheels),
 # ansible/ (ansible-core 2.19.14, resolvelib, nvidia-ml-py) and model/ (scripts/gpu_proof/build_tiny_gpu.py's
 # output). The vLLM 0.25.1 wheel comes whole (PROOF_VLLM_WHEEL) or as parts vllm.part* in PROOF_PARTS.
 # Everything installs with --no-deps into PROOF_SITE (default /tmp/site) for the host's python3, which must

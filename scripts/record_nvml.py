@@ -76,6 +76,9 @@ def record(pynvml) -> dict:
             memory = _ask(pynvml, pynvml.nvmlDeviceGetMemoryInfo, handle)
             device["MemoryInfo"] = memory if isinstance(memory, dict) else {
                 "total": memory.total, "free": memory.free, "used": memory.used}
+            mig = _ask(pynvml, pynvml.nvmlDeviceGetMigMode, handle)
+            # [current, pending] (1 = enabled), or the error (GeForce cards: NotSupported).
+            device["MigMode"] = mig if isinstance(mig, dict) else [int(mig[0]), int(mig[1])]
             links = [_ask(pynvml, pynvml.nvmlDeviceGetNvLinkState, handle, link) for link in range(NVLINK_MAX_LINKS)]
             # One error for all links (GeForce: NotSupported) is stored once.
             device["NvLinkState"] = links[0] if all(item == links[0] for item in links) and isinstance(

@@ -18,7 +18,13 @@ if [ -n "$leaked" ]; then
   echo "$leaked" | head -20 >&2
   exit 1
 fi
-echo "$tarball: $(du -h "$tarball" | cut -f1), $(tar -tzf "$tarball" | wc -l) entries"
+lab=$(tar -tzf "$tarball" | grep -E '^(lab|inventory/lab|molecule|scripts/lib)(/|$)|^scripts/(lab\.sh|lab_[^/]*\.py|molecule\.sh)$|^tests/support/lab_suite\.py$' || true)
+if [ -n "$lab" ]; then
+  echo "the tarball carries the lab, which is not part of the collection (galaxy.yml build_ignore):" >&2
+  echo "$lab" | head -20 >&2
+  exit 1
+fi
+echo "$tarball: $(du -h "$tarball" | cut -f1), $(tar -tzf "$tarball" | wc -l) entries, nothing of the lab"
 
 echo "== install into a fresh collections path"
 mkdir -p "$tmp/collections"

@@ -1,6 +1,8 @@
 """Shared pytest setup.
 
-- tests/support is importable as `support` (ansible_runner, local hub, GPUStack and vLLM fixtures).
+- tests/support is importable as `support` (the GPUStack and vLLM fixtures, the lab suites' helpers), and the
+  repository root (pytest.ini: pythonpath) makes the lab's package importable as `lab` (the Ansible runner, the
+  local hub and its test checkpoint, the CPU vLLM server): the lab and the benchmarks use those too.
 - The collection is importable as `ansible_collections.pairserve.llm` through the link `make deps` creates
   in .cache/collections, so module_utils are tested as the modules import them.
 """

@@ -29,7 +29,8 @@ options:
     description:
       - The profile, either a built-in name (V(multimodal), V(text), V(lab)) or a dict of profile keys.
       - A dict starts from the built-in named by its C(base) key (default its C(name) when that is built-in, else
-        V(multimodal)) and overrides it key by key. Keys are tensor_parallel_size, pipeline_parallel_size,
+        V(multimodal)) and overrides it key by key. A name that is not built-in, with no other key (no settings and
+        no C(base)), is refused rather than rendered as V(multimodal). Keys are tensor_parallel_size, pipeline_parallel_size,
         max_model_len, gpu_memory_utilization, kv_cache_memory_bytes, kv_cache_dtype, max_num_seqs,
         max_num_batched_tokens, reasoning_parser, enable_auto_tool_choice, tool_call_parser, enable_prefix_caching,
         mamba_cache_mode, trust_remote_code, enforce_eager, override_generation_config, vision, speculative, ab_arm,

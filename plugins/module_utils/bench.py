@@ -21,6 +21,7 @@ import time
 import uuid
 
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
+from ansible_collections.pairserve.llm.plugins.module_utils import routes
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args
 
 SHORT_PROMPT = "Write a long story about two machines that share one job."
@@ -217,25 +218,14 @@ def measure(client, model, settings):
 # --- weights and comparison ---------------------------------------------------------------------
 
 def weights(throughputs, total=100):
-    """Integer route weights proportional to throughput, summing to ``total`` (largest remainder).
+    """Integer route weights proportional to throughput, summing to ``total`` (routes.proportional's rule).
 
     The seed: 244 and 177 tok/s at concurrency 8 -> 58 and 42. Every replica that answered keeps a
     weight of at least 1 (a weight of 0 takes it out of GPUStack's route)."""
-    names = list(throughputs)
-    values = [max(0.0, float(throughputs[n] or 0.0)) for n in names]
-    whole = sum(values)
-    if whole <= 0:
-        raise ValueError("no throughput to derive weights from: every measured value is zero or missing")
-    exact = [v * total / whole for v in values]
-    floors = [int(x) for x in exact]
-    order = sorted(range(len(names)), key=lambda i: exact[i] - floors[i], reverse=True)
-    for i in order[: total - sum(floors)]:
-        floors[i] += 1
-    for i, value in enumerate(values):
-        if value > 0 and floors[i] == 0:
-            floors[i] = 1
-            floors[max(range(len(floors)), key=lambda j: floors[j])] -= 1
-    return dict(zip(names, floors))
+    try:
+        return routes.proportional(throughputs, total)
+    except ValueError as err:
+        raise ValueError("no throughput to derive weights from: every measured value is zero or missing") from err
 
 
 # (path in a measurement, label, True when higher is better)

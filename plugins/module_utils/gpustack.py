@@ -11,7 +11,9 @@ host that runs them. Facts about GPUStack 2.2.3 that this file encodes (checked 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import socket
 import time
 from http.cookiejar import CookieJar
@@ -20,6 +22,29 @@ from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlencode, quote
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import reusable_request
+
+# The environment every replica gets from the seed. gpustack_model sends it merged with the user's env, which may
+# add variables but not change these (gpustack_model refuses, and so does the validation play), for the reason
+# SEED_ENV_WHY gives for each.
+SEED_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+SEED_ENV_WHY = {
+    "CUDA_DEVICE_ORDER": "it keeps the replica on the cards it is pinned to (NVML and the pinning count GPUs in PCI bus "
+                         "order; CUDA by default counts fastest first, which puts a replica on the wrong cards of a "
+                         "mixed host)",
+    "PYTORCH_ALLOC_CONF": "it keeps the replica's memory from fragmenting (fragmentation cost the seed deployment its "
+                          "last MiB of headroom)",
+}
+
+
+def seed_env_conflicts(env):
+    """One sentence per seed variable that ``env`` sets to another value (none when it repeats the seed's)."""
+    out = []
+    for key, value in sorted(SEED_ENV.items()):
+        if key in (env or {}) and str(env[key]) != value:
+            out.append("%s=%s would replace the seed's %s=%s: %s; remove %s from it"
+                       % (key, env[key], key, value, SEED_ENV_WHY[key], key))
+    return out
+
 
 # Methods GPUStack handles idempotently: safe to repeat after a 5xx or a dropped connection.
 IDEMPOTENT_METHODS = frozenset(("GET", "PUT", "DELETE", "HEAD"))
@@ -204,6 +229,10 @@ class GpuStackClient:
             hint = "the credentials are valid but not allowed to do this (an inference-only API key?)"
         elif status == 404:
             hint = "not found"
+        elif status >= 500:
+            # e.g. PostgreSQL down: GPUStack 2.2.3 answers 500 "Connect call failed ('127.0.0.1', <db port>)"
+            hint = ("the GPUStack server at %s failed to handle it: check that server's log and that its database "
+                    "(PostgreSQL) is up, then rerun" % self.base_url)
         else:
             hint = None
         msg = "GPUStack %s %s failed: HTTP %s: %s" % (method, url, status, quoted)
@@ -270,6 +299,70 @@ class GpuStackClient:
             raise GpuStackError("cluster %r does not exist in GPUStack (existing: %s); create it with "
                                 "pairserve.llm.gpustack_cluster first" % (cluster, ", ".join(names) or "none"))
         return found["id"]
+
+
+# -- backend versions that carry an image ------------------------------------------------------
+#
+# GPUStack 2.2.3's model update (PUT /v2/models/{id}, routes/models.py) sets ``image_name`` and ``run_command``
+# to None whenever the backend is not Custom and the stored model has either. A vLLM-backend model that names
+# its runner image itself therefore loses the image on its first update (a new argument, a replica count from
+# the controller), and its next instance runs GPUStack's catalogue image. GPUStack's own way to run a chosen
+# image with a built-in backend is a user-defined version of that backend (PUT /v2/inference-backends/{id},
+# ``version_configs``): the worker resolves the model's ``backend_version`` there first
+# (worker/backends/base.py, ``_resolve_image``), and the model carries no image to lose. Version names of
+# built-in backends must end in ``-custom``; ``custom_framework`` must name the workers' GPU type or the
+# scheduler's backend-framework filter drops every worker.
+
+BACKEND_VERSION_SUFFIX = "-custom"
+# The fields of an inference backend that a PUT replaces (routes/inference_backend.py, update handler):
+# every one is sent back as read, so that only version_configs changes.
+BACKEND_PUT_FIELDS = ("backend_name", "default_version", "default_backend_param", "default_run_command",
+                      "default_entrypoint", "health_check_path", "description", "default_env",
+                      "backend_source", "parameter_format", "common_parameters", "enabled")
+IMAGE_DIGEST_RE = re.compile(r"@sha256:([0-9a-f]{64})$")
+
+
+def pinned_backend_version(version, image):
+    """The backend version name that carries ``image``: ``<version>-<12 hex>-custom``.
+
+    The 12 hex are the start of the image's sha256 digest when the reference pins one, else of the sha256 of
+    the reference itself. A new image therefore is a new version name, so a model moved to it differs from
+    the server and is rolled out, and the version still named by a rolled-back model keeps its own image.
+    The name starts with the upstream version: GPUStack's version-gated arguments compare that part.
+    """
+    if not version or not re.match(r"^[0-9]+(\.[0-9]+)+([.+_-]?[0-9A-Za-z]+)*$", version):
+        raise GpuStackError("backend version %r is not a version such as 0.25.1" % (version,))
+    if version.endswith(BACKEND_VERSION_SUFFIX):
+        raise GpuStackError("backend version %r already ends in %r: give the upstream version (e.g. 0.25.1)"
+                            % (version, BACKEND_VERSION_SUFFIX))
+    if not image or any(c.isspace() for c in image):
+        raise GpuStackError("image %r is not an image reference" % (image,))
+    found = IMAGE_DIGEST_RE.search(image)
+    ident = found.group(1)[:12] if found else hashlib.sha256(image.encode("utf-8")).hexdigest()[:12]
+    return "%s-%s%s" % (version, ident, BACKEND_VERSION_SUFFIX)
+
+
+def is_pinned_backend_version(name):
+    """True for a version name made by pinned_backend_version."""
+    return bool(re.match(r"^.+-[0-9a-f]{12}" + re.escape(BACKEND_VERSION_SUFFIX) + "$", name or ""))
+
+
+def backend_row(client, backend):
+    """The platform row of an inference backend (``GET /v2/inference-backends/backend_name/<name>``)."""
+    return client.get("/v2/inference-backends/backend_name/%s" % quote(backend, safe=""))
+
+
+def backend_versions(row):
+    """The user-defined versions of a backend row (built-in versions carry built_in_frameworks)."""
+    configs = (row or {}).get("version_configs") or {}
+    return dict((name, conf) for name, conf in configs.items() if not (conf or {}).get("built_in_frameworks"))
+
+
+def put_backend_versions(client, row, versions):
+    """Replace the user-defined versions of ``row`` with ``versions``, every other field sent back as read."""
+    body = dict((key, row.get(key)) for key in BACKEND_PUT_FIELDS if key in row)
+    body["version_configs"] = versions
+    return client.put(path_id("/v2/inference-backends", row["id"]), body)
 
 
 def path_id(prefix, item_id):

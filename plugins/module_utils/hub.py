@@ -16,6 +16,9 @@ invisible to it and is deleted together with the repository by `hf cache delete`
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -154,27 +157,115 @@ def local_status(cache_dir: str, repo_id: str, commit: str, files: dict, wanted:
 
 # -- files --------------------------------------------------------------------------------------------------------
 
+# Temp files of a write in progress: ours (`.<name>.pairserve-XXXXXXXX.tmp`, older releases `.<name>.XXXXXXXX.tmp`
+# from mkstemp), the symlink tokenizer_patch swaps in on restore, the hardlink the export swaps in.
+TEMP_FILE_RE = re.compile(
+    r"^\.(?P<target>.+?)\.(?:(?:pairserve-)?[A-Za-z0-9_]{8}\.tmp|pairserve-restore|pairserve-link)$")
+
+
+@contextlib.contextmanager
+def _dir_lock(directory: str, exclusive: bool, wait: float = 0.0):
+    """flock on the directory itself: shared while a temp file of ours exists in it, exclusive to sweep it.
+
+    Yields whether the lock is held. The kernel drops the lock when its holder dies, so a temp file found while
+    holding the exclusive lock belongs to a writer that is gone (killed mid-write) and can never be finished.
+    A filesystem without flock on directories (some NFS mounts) yields False: writers go on unlocked and the
+    sweep leaves the directory alone.
+    """
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        yield False
+        return
+    try:
+        held = False
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+                held = True
+                break
+            except OSError as err:
+                if err.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+        yield held
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
-    """Temp file in the same directory, fsync, rename over the target, fsync the directory."""
+    """Temp file in the same directory, fsync, rename over the target, fsync the directory.
+
+    The temp file exists only while this writer holds a shared lock on the directory; a run killed mid-write
+    leaves it behind, and the next run's sweep_temp_files removes it.
+    """
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    with _dir_lock(directory, exclusive=False):
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".pairserve-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            raise
+        fsync_dir(directory)
+
+
+def fsync_dir(directory: str) -> None:
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def writing_in(directory: str):
+    """A context manager holding the directory's shared lock while a temp entry of ours exists in it (see
+    atomic_write); it yields whether the lock is held."""
+    return _dir_lock(directory, exclusive=False)
+
+
+def sweep_temp_files(directory: str, targets=None, check_mode: bool = False, wait: float = 5.0) -> list:
+    """Remove the temp files a killed writer of ours left in `directory` (only those of `targets` when given).
+
+    Runs under the directory's exclusive lock, so no temp file of a live writer is touched; when the lock
+    cannot be had within `wait` seconds (another run is writing there right now), nothing is removed.
+    Returns the removed paths (in check mode: the paths that would be removed, nothing is locked or removed).
+    """
+    def candidates():
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return []
+        found = []
+        for name in names:
+            match = TEMP_FILE_RE.match(name)
+            if match and (targets is None or match.group("target") in targets):
+                path = os.path.join(directory, name)
+                if not os.path.isdir(path) or os.path.islink(path):
+                    found.append(path)
+        return found
+
+    if check_mode:
+        return candidates()
+    removed = []
+    with _dir_lock(directory, exclusive=True, wait=wait) as held:
+        if not held:
+            return []
+        for path in candidates():
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def file_digests(path: str) -> tuple:
@@ -318,7 +409,7 @@ def sync_export(cache_dir: str, repo_id: str, commit: str, wanted: list, export_
 class Progress:
     """Writes bytes done / total / rate to a JSON file once a second while huggingface_hub downloads.
 
-    Bytes are measured on disk (finished blobs plus huggingface_hub's `<etag>.<id>.incomplete` temp files), so
+    Bytes are measured on disk (finished blobs plus the partial downloads, `<etag>[.<id>].incomplete`), so
     the figure does not depend on the library's progress-bar internals.
     """
 
@@ -417,6 +508,20 @@ def explain(exc: BaseException, repo_id: str, revision: str, endpoint: str) -> s
 HYBRID_LAYER_TYPES = ("linear_attention", "mamba", "mamba2", "gated_deltanet")
 
 
+def compressed_tensors_scheme(qcfg: dict):
+    """"nvfp4" for a compressed-tensors checkpoint whose weights are 4-bit floats in groups of 16 (what
+    llm-compressor writes as format nvfp4-pack-quantized), so the FP4 checks see it; None otherwise."""
+    if qcfg.get("quant_method") != "compressed-tensors":
+        return None
+    if "nvfp4" in str(qcfg.get("format") or "").lower():
+        return "nvfp4"
+    for group in (qcfg.get("config_groups") or {}).values():
+        weights = (group or {}).get("weights") or {}
+        if weights.get("num_bits") == 4 and weights.get("type") == "float" and weights.get("group_size") == 16:
+            return "nvfp4"
+    return None
+
+
 def describe_checkpoint(directory: str) -> dict:
     """Facts from config.json and hf_quant_config.json that decide how vLLM must be started.
 
@@ -446,7 +551,7 @@ def describe_checkpoint(directory: str) -> dict:
         scheme = (quant.get("quantization") or {}).get("quant_algo")
     if not scheme and isinstance(cfg.get("quantization_config"), dict):
         qcfg = cfg["quantization_config"]
-        scheme = qcfg.get("quant_algo") or qcfg.get("quant_method")
+        scheme = qcfg.get("quant_algo") or compressed_tensors_scheme(qcfg) or qcfg.get("quant_method")
     architectures = cfg.get("architectures") or [None]
     return {
         "architecture": architectures[0],

@@ -206,6 +206,11 @@ class Nvml:
                 gpu["uuid"] = self._optional(pynvml.nvmlDeviceGetUUID, handle)
                 pci = self._optional(pynvml.nvmlDeviceGetPciInfo, handle)
                 gpu["bus_id"] = normalise_bus_id(pci.busId) if pci is not None else None
+                # /dev/nvidia<minor>: the index GPUStack's worker gives the GPU (see gpustack_gpu_indexes).
+                gpu["minor_number"] = self._optional(pynvml.nvmlDeviceGetMinorNumber, handle)
+                # (current, pending); None where MIG does not exist (GeForce: NotSupported).
+                mig = self._optional(pynvml.nvmlDeviceGetMigMode, handle)
+                gpu["mig_enabled"] = bool(mig[0]) if mig is not None else False
                 gpu.update(self._describe(handle))
             except pynvml.NVMLError as exc:
                 if _is_lost(exc):
@@ -292,6 +297,12 @@ def _model_key(gpu: dict) -> tuple:
     return (gpu["name"], gpu["memory_total_mib"])
 
 
+def gpustack_index(gpu: dict) -> int:
+    """The index GPUStack's worker gives a GPU, which its gpu_selector ids name: the minor number, else the NVML
+    index (gpustack-runtime 0.2.1, detector/nvidia.py; see gpustack_gpu_indexes)."""
+    return gpu["index"] if gpu.get("minor_number") is None else gpu["minor_number"]
+
+
 def plan(gpus: list, links: dict, *, group_size: int = 2, allow_mixed: bool = False, exclude=()) -> tuple:
     """Group GPUs into tensor-parallel groups. Returns (groups as lists of gpu dicts, leftover list).
 
@@ -305,6 +316,12 @@ def plan(gpus: list, links: dict, *, group_size: int = 2, allow_mixed: bool = Fa
     for gpu in sorted(gpus, key=lambda g: g["bus_id"]):
         if gpu["uuid"] in wanted or gpu["bus_id"] in wanted:
             leftover.append({"uuid": gpu["uuid"], "bus_id": gpu["bus_id"], "reason": "excluded by the exclude option"})
+        elif gpu.get("mig_enabled"):
+            # A MIG-enabled card is split into instances: neither the whole card nor its memory is a TP rank's.
+            leftover.append({"uuid": gpu["uuid"], "bus_id": gpu["bus_id"],
+                             "reason": "MIG mode is enabled: the card is split into MIG instances, not one GPU a "
+                                       "replica can use; disable it (nvidia-smi -i <index> -mig 0, then reset the "
+                                       "GPU) or list it in exclude"})
         else:
             candidates.append(gpu)
 
@@ -350,11 +367,12 @@ def describe_group(number: int, group: list, links: dict) -> dict:
         # UUIDs, never indices: CUDA numbers devices fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so
         # on a mixed host "0,1" in CUDA order is not NVML's 0,1. A UUID means the same card everywhere.
         "cuda_visible_devices": ",".join(g["uuid"] for g in group),
-        # gpustack-runtime (gpustack_runtime/detector/nvidia.py, NvidiaDetector.detect) numbers devices by
-        # `for dev_idx in range(pynvml.nvmlDeviceGetCount())`, i.e. NVML enumeration (PCI bus) order, and
-        # GPUStack's gpu_selector ids are "<worker>:cuda:<that index>". Only with
-        # GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY set does it use the /dev/nvidiaN minor instead.
-        "gpustack_gpu_indexes": [g["index"] for g in group],
+        # GPUStack's gpu_selector ids are "<worker>:cuda:<index>" with the index its worker reports. gpustack-runtime
+        # 0.2.1 (detector/nvidia.py) takes the device's minor number (/dev/nvidia<N>) for it, because
+        # GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY defaults to on (envs.py), and the NVML enumeration
+        # index only where NVML cannot tell the minor number. The two agree on most hosts, not on all: a pin by
+        # NVML index would then name other cards.
+        "gpustack_gpu_indexes": [gpustack_index(g) for g in group],
         "name": " + ".join(names),
         "mixed": len(names) > 1 or len({g["memory_total_mib"] for g in group}) > 1,
         "memory_total_mib": min(g["memory_total_mib"] for g in group),

@@ -291,6 +291,16 @@ class ReplayLibrary:
             export("nvmlDeviceGet" + key, [c_void_p, c_void_p], self._scalar(key))
         export("nvmlDeviceGetNumaNodeId", [c_void_p, c_void_p], self._scalar("NumaNodeId", c_int))
 
+        def mig_mode(handle, current, pending):
+            # Recorded as [current, pending] (1 = enabled), or an error such as NotSupported (GeForce cards).
+            error, value = self._answer(handle, "MigMode")
+            if error is not None:
+                return error
+            self._store(current, c_uint, value[0])
+            self._store(pending, c_uint, value[1])
+            return None
+        export("nvmlDeviceGetMigMode", [c_void_p, c_void_p, c_void_p], mig_mode)
+
         def cpu_affinity(handle, count, out):
             error, words = self._answer(handle, "CpuAffinity")
             if error is not None:

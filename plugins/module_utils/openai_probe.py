@@ -21,6 +21,7 @@ import zlib
 from http.cookiejar import CookieJar
 from urllib.error import HTTPError, URLError
 
+from ansible_collections.pairserve.llm.plugins.module_utils import vl_tokens
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import reusable_request
 
 # Failure classes. PERMANENT ones will not go away by waiting: a person has to change something.
@@ -442,18 +443,65 @@ def check_tool_call(client, model, spec):
     return _result("tool_call", True, resp, "tool call %s(%s)" % (name, json.dumps(arguments)), **detail)
 
 
-def check_images(client, model, count, size, text_ok=None):
-    """``count`` fresh random PNGs in one request → 200. A 400 here while text works is the tokenizer's
-    2048 truncation, whatever the message says (the seed's symptom)."""
+def _prompt_tokens(resp):
+    try:
+        return int(resp.body["usage"]["prompt_tokens"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def check_images(client, model, count, size, text_ok=None, geometry=None, limit=vl_tokens.SEED_TRUNCATION):
+    """``count`` fresh random PNGs in one request, sized so that their image tokens are past ``limit`` (the
+    seed's 2,048 truncation) -> 200, and the server counts at least the image tokens the processor geometry gives
+    (``usage.prompt_tokens`` of the request minus that of the same text without images).
+
+    A failure is followed by a control request with as many fresh frames as stay below ``limit``: when that one
+    answers, the failure begins past the boundary, which is the tokenizer's truncation (the seed's symptom,
+    whatever vLLM's message says)."""
+    geo = vl_tokens.geometry(geometry)
+    per_frame = vl_tokens.image_tokens(size, size, geo)
     message, digests = image_message(count, size)
     resp = client.chat({"model": model, "messages": [message], "max_tokens": 16, "temperature": 0})
     detail = {"images": count, "image_size": size, "image_sha256": digests,
-              "unique_images": len(set(digests)) == len(digests)}
+              "unique_images": len(set(digests)) == len(digests), "image_tokens_per_frame": per_frame,
+              "image_tokens_expected": per_frame * count, "limit": limit}
     if resp.ok:
-        return _result("images", True, resp, "%d fresh images answered" % count, **detail)
+        text_only = {"role": "user", "content": [message["content"][0]]}
+        twin = client.chat({"model": model, "messages": [text_only], "max_tokens": 1, "temperature": 0})
+        with_images, without = _prompt_tokens(resp), _prompt_tokens(twin)
+        if with_images is None or without is None:
+            return _result("images", False, resp, "%d fresh images answered, but the server reported no "
+                           "usage.prompt_tokens for the request or its text-only twin (HTTP %s): the image tokens it "
+                           "counted cannot be checked" % (count, twin.status), "wrong_answer", **detail)
+        counted = with_images - without
+        detail["image_tokens_server"] = counted
+        if counted < per_frame * count:
+            return _result("images", False, resp,
+                           "the server counted %d image tokens for %d frames of %dx%d, fewer than the %d the "
+                           "processor geometry %s gives: its processor resizes the frames smaller, so this check "
+                           "may not cross the %d-token boundary. Give the checkpoint's preprocessor_config.json as "
+                           "image_processor, or raise image_size or image_count"
+                           % (counted, count, size, size, per_frame * count, geo, limit), "config", **detail)
+        return _result("images", True, resp, "%d fresh %dx%d images answered; the server counted %d image tokens, "
+                       "past the %d-token truncation the seed hit" % (count, size, size, counted, limit), **detail)
     result = _failed_response("images", resp, model)
     result.update(detail)
     result.update(classify_image_failure(resp, text_ok))
+    control = vl_tokens.frames_below(limit, size, geo)
+    if control >= 1:
+        small, _digests = image_message(control, size)
+        answer = client.chat({"model": model, "messages": [small], "max_tokens": 16, "temperature": 0})
+        result["control"] = {"images": control, "image_tokens_expected": control * per_frame,
+                             "status": answer.status, "ok": answer.ok}
+        if answer.ok:
+            result["message"] += (" A control request with %d fresh frames (%d image tokens, below %d) answered: "
+                                  "the failure starts past the boundary." % (control, control * per_frame, limit))
+            if backend_status(resp) == 400 and result.get("class") not in ("config", "tokenizer_truncation"):
+                result.update({"class": "tokenizer_truncation", "permanent": True})
+        else:
+            result["message"] += (" A control request with %d frames (%d image tokens, below %d) failed too "
+                                  "(HTTP %s): the image path fails whatever the size, not only past the truncation."
+                                  % (control, control * per_frame, limit, answer.status))
     return result
 
 
@@ -566,7 +614,8 @@ def run_checks(client, model, checks, spec):
     if "tool_call" in checks:
         results.append(check_tool_call(client, model, spec["tool_call"]))
     if "images" in checks:
-        results.append(check_images(client, model, spec["image_count"], spec["image_size"], text_ok))
+        results.append(check_images(client, model, spec["image_count"], spec["image_size"], text_ok,
+                                    spec.get("image_processor")))
     if "context" in checks:
         results.extend(check_context(client, model, spec["max_model_len"]))
     if "token_count" in checks:

@@ -12,6 +12,7 @@ How: only the top-level members are touched (a vocabulary token spelled "truncat
 matched); everything else stays byte for byte. The file is never written in place: a snapshot entry is a symlink
 into blobs/ shared by every snapshot with the same content (or, in an export, a hardlink to it), so the patched
 text goes to a temp file beside it and os.replace swaps the directory entry. The blob stays the pristine backup.
+A run killed mid-write leaves only that temp file (never a half-written tokenizer file); the next run removes it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 import re
 import stat
 
-from ansible_collections.pairserve.llm.plugins.module_utils.hub import atomic_write
+from ansible_collections.pairserve.llm.plugins.module_utils.hub import atomic_write, sweep_temp_files, writing_in
 
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG_JSON = "tokenizer_config.json"
@@ -189,11 +190,26 @@ def replace_entry(path: str, data: bytes) -> None:
 
 def restore_link(path: str, target: str) -> None:
     """Atomically put a symlink back in place of the patched file."""
-    tmp = os.path.join(os.path.dirname(path), ".%s.pairserve-restore" % os.path.basename(path))
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    os.symlink(target, tmp)
-    os.replace(tmp, path)
+    directory = os.path.dirname(path)
+    tmp = os.path.join(directory, ".%s.pairserve-restore" % os.path.basename(path))
+    with writing_in(directory):  # a run killed here leaves the temp link to the next run's sweep_debris
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(target, tmp)
+        os.replace(tmp, path)
+
+
+def sweep_debris(directory: str, backup_dir: str, check_mode: bool) -> list:
+    """Temp files a run killed mid-write left beside the tokenizer files and in the backup directory.
+
+    Only names this module writes are touched (`.<file>.pairserve-XXXXXXXX.tmp`, `.<file>.pairserve-restore`),
+    and only while no live run writes there (hub.sweep_temp_files). Returns the removed paths.
+    """
+    names = (TOKENIZER_JSON, TOKENIZER_CONFIG_JSON)
+    removed = sweep_temp_files(directory, targets=set(names), check_mode=check_mode)
+    removed += sweep_temp_files(backup_dir, targets={"record.json"} | set(n + ".orig" for n in names),
+                                check_mode=check_mode)
+    return removed
 
 
 def default_backup_dir(directory: str) -> str:

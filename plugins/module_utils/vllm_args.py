@@ -12,9 +12,10 @@ the replica role and the tests all call `render()`.
     result.warnings   # ["gpu_memory_utilization 0.94 is above 0.92 ...", ...]
 
 Inputs:
-  profile     a built-in profile name (multimodal, text, lab) or a dict of PROFILE_KEYS; a dict starts
+  profile     a built-in profile name (multimodal, text) or a dict of PROFILE_KEYS; a dict starts
               from the built-in named by its `base` key (default: its `name` when that is built-in,
-              else multimodal) and overrides it key by key.
+              else multimodal) and overrides it key by key. A name that is not built-in and comes with no
+              other key (no settings, no base) is refused, not rendered as multimodal.
   version     the pinned vLLM version, one of SUPPORTED_VERSIONS.
   checkpoint  facts read from the checkpoint's config.json: architecture, model_type, hybrid (bool),
               vision (bool), mtp (bool), native_context (int), quantization (str or None).
@@ -93,6 +94,8 @@ PROFILE_DEFAULTS = {
     # Seed: 0.90 missed the KV check by 20 MiB; 0.95 booted with ~10 MiB free, then died on a 34 MiB
     # activation; 0.92 stayed up.
     "gpu_memory_utilization": 0.92,
+    # Above 0.92 on 16 GiB cards is refused unless the profile says it knows the seed's story (below).
+    "accept_gpu_memory_above_092": False,
     "kv_cache_memory_bytes": None,
     "kv_cache_dtype": "auto",
     # Seed: 8 concurrent sequences was the stable operating point (1 hid the OOM at a 4x throughput cost).
@@ -119,16 +122,6 @@ BUILTIN_PROFILES = {
     "multimodal": {"max_model_len": 65536, "vision": True},
     # Seed split mode, node B: vision tower dropped, 98K window for agents (131072 did not boot).
     "text": {"max_model_len": 98304, "vision": False},
-    # CPU test ground (tests/support/vllm_server.py): vLLM's CPU backend reads --gpu-memory-utilization as a
-    # share of host RAM, so 0.92 cannot run there; a fixed KV budget and eager mode keep boot at ~40 s.
-    "lab": {
-        "tensor_parallel_size": 1,
-        "max_model_len": 4096,
-        "gpu_memory_utilization": None,
-        "kv_cache_memory_bytes": "64M",
-        "enforce_eager": True,
-        "vision": False,
-    },
 }
 
 Rendered = namedtuple("Rendered", ["argv", "warnings", "profile"])
@@ -159,7 +152,17 @@ def resolve_profile(profile):
         _fail("profile %s: unknown key(s) %s; known keys: %s" % (profile.get("name") or "(unnamed)", ", ".join(unknown), ", ".join(PROFILE_KEYS)))
     base = profile.get("base")
     if base is None:
-        base = profile.get("name") if profile.get("name") in BUILTIN_PROFILES else "multimodal"
+        name = profile.get("name")
+        if name in BUILTIN_PROFILES:
+            base = name
+        elif name is not None and not set(profile) - {"name", "base"}:
+            # A bare name we do not know (a typo, or a profile missing from pairserve_profiles) would otherwise be
+            # served as multimodal under that name.
+            _fail("profile %r is neither a built-in profile (%s) nor defined (it has no settings and no base): "
+                  "define it in pairserve_profiles with its settings or a base, or use a built-in name"
+                  % (name, ", ".join(BUILTIN_PROFILES)))
+        else:
+            base = "multimodal"
     if base not in BUILTIN_PROFILES:
         _fail("profile %s: base %r is not a built-in profile; use one of %s" % (profile.get("name"), base, ", ".join(BUILTIN_PROFILES)))
     resolved = dict(PROFILE_DEFAULTS)
@@ -168,6 +171,11 @@ def resolve_profile(profile):
     resolved["base"] = base
     resolved["name"] = profile.get("name") or base
     return resolved
+
+
+def profile_names(user_profiles=None):
+    """Every profile name a host may run: the built-ins, then the names defined in pairserve_profiles."""
+    return list(BUILTIN_PROFILES) + sorted(n for n in (user_profiles or {}) if n not in BUILTIN_PROFILES)
 
 
 def _int(profile, key, minimum=1, allow_none=False):
@@ -288,6 +296,13 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
             _fail(
                 "profile %s: gpu_memory_utilization %s refused: at 0.95 the seed's pair booted with ~10 MiB free and then "
                 "died when an ordinary request needed a 34 MiB activation. Use 0.92 (the value that stayed up)." % (name, util)
+            )
+        if util > 0.92 and small_cards and not _bool(p, "accept_gpu_memory_above_092"):
+            _fail(
+                "profile %s: gpu_memory_utilization %s refused on a pair of %d MiB cards: at 0.95 the seed's 2x16 GiB "
+                "pair booted with ~10 MiB free and then died when an ordinary request needed a 34 MiB activation; 0.92 "
+                "stayed up. Use 0.92, or set accept_gpu_memory_above_092: true in the profile to run it anyway (then "
+                "verify under load: a boot is not a stability result)." % (name, util, memory)
             )
         if util > 0.92:
             warnings.append(

@@ -69,8 +69,8 @@ options:
     type: dict
 notes:
   - The module only reads; it runs the same in check mode.
-  - GPUStack (gpustack-runtime) numbers GPUs in NVML enumeration order, so C(gpustack_gpu_indexes) are NVML
-    indices, not CUDA ones.
+  - C(gpustack_gpu_indexes) are the indexes GPUStack's worker reports (gpustack-runtime 0.2.1 uses each GPU's
+    minor number, C(/dev/nvidia<N>), falling back to the NVML index), not CUDA ones.
 seealso:
   - name: docs/gpu-detection.md
     description: What the module reports, how pairing works, and how to record a host.

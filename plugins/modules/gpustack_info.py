@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: gpustack_info
-short_description: Read workers, GPU devices, models, model instances, routes and clusters from GPUStack
+short_description: Read workers, GPUs, models, instances, routes, clusters and inference backends from GPUStack
 version_added: 0.1.0
 description:
   - Lists what GPUStack knows, for waiting and for assertions, for example until every worker is V(ready)
@@ -19,20 +19,23 @@ options:
   gather:
     description:
       - Which lists to read. Each one becomes a key of the result.
+      - V(inference_backends) is read only when named (it is not in the default); it holds each backend's
+        C(version_configs), where a version registered by M(pairserve.llm.gpustack_backend_version) names its image.
     type: list
     elements: str
-    choices: [workers, gpus, models, model_instances, routes, clusters]
+    choices: [workers, gpus, models, model_instances, routes, clusters, inference_backends]
     default: [clusters, gpus, model_instances, models, routes, workers]
   names:
     description:
       - Keep only the items with one of these names (exact match), in every gathered list.
-      - For V(gpus) the name is the worker's name, and for V(model_instances) the model's name, so
-        O(names=[node-a]) gives node A's worker and its GPUs, and O(names=[qwen-node-a]) a model and its instances.
+      - For V(gpus) the name is the worker's name, for V(model_instances) the model's name and for
+        V(inference_backends) the backend's name (V(vLLM)), so O(names=[node-a]) gives node A's worker and its
+        GPUs, and O(names=[qwen-node-a]) a model and its instances.
     type: list
     elements: str
   cluster:
     description:
-      - Only items of this cluster, by id or by name.
+      - Only items of this cluster, by id or by name. Inference backends belong to no cluster and are all kept.
     type: str
 extends_documentation_fragment:
   - pairserve.llm.gpustack
@@ -96,6 +99,14 @@ clusters:
   returned: when V(clusters) is gathered
   type: list
   elements: dict
+inference_backends:
+  description: Inference backends (C(/v2/inference-backends)), each with C(backend_name) and C(version_configs)
+    (version name to its configuration, C(image_name) included).
+  returned: when V(inference_backends) is gathered
+  type: list
+  elements: dict
+  sample: [{"backend_name": "vLLM",
+            "version_configs": {"0.25.1-0123456789ab-custom": {"image_name": "registry/runner@sha256:..."}}}]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -116,13 +127,18 @@ SOURCES = {
     "model_instances": ("/v2/model-instances", "model_name"),
     "routes": ("/v2/model-routes", "name"),
     "clusters": ("/v2/clusters", "name"),
+    "inference_backends": ("/v2/inference-backends", "backend_name"),
 }
+# Read when asked only: listing the backends makes the server merge its runner catalogue into every row.
+DEFAULT_GATHER = sorted(set(SOURCES) - {"inference_backends"})
+# Platform settings, not a cluster's.
+NO_CLUSTER = {"inference_backends"}
 
 
 def main():
     spec = gpustack_argument_spec()
     spec.update(
-        gather={"type": "list", "elements": "str", "choices": sorted(SOURCES), "default": sorted(SOURCES)},
+        gather={"type": "list", "elements": "str", "choices": sorted(SOURCES), "default": DEFAULT_GATHER},
         names={"type": "list", "elements": "str"},
         cluster={"type": "str"},
     )
@@ -136,7 +152,7 @@ def main():
             endpoint, name_key = SOURCES[what]
             items = client.list(endpoint)
             items = [i for i in items if not i.get("deleted_at")]
-            if cluster_id is not None:
+            if cluster_id is not None and what not in NO_CLUSTER:
                 own = "id" if what == "clusters" else "cluster_id"
                 items = [i for i in items if i.get(own) == cluster_id]
             if p["names"]:

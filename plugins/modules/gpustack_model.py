@@ -18,7 +18,7 @@ description:
     (a replica never spans two machines), C(restart_on_error: true), and an environment with
     C(CUDA_DEVICE_ORDER=PCI_BUS_ID) (NVML and the pinning count GPUs in PCI bus order, CUDA by default fastest
     first, which puts a replica on the wrong cards of a mixed host) and C(PYTORCH_ALLOC_CONF=expandable_segments:True)
-    (fragmentation cost the seed deployment its last MiB of headroom), merged with O(env).'
+    (fragmentation cost the seed deployment its last MiB of headroom), merged with O(env), which may not change them.'
   - GPUStack applies an updated spec only to instances it creates afterwards. With O(rollout=true) the module deletes
     the model's instances, one at a time, when the spec changed, and GPUStack recreates them with the new spec.
 author:
@@ -53,12 +53,16 @@ options:
   backend_version:
     description:
       - Backend version, for example V(0.25.1). GPUStack picks the runner image from it; an unknown version fails only when an instance starts.
+      - A version ending in C(-custom) (made by M(pairserve.llm.gpustack_backend_version), carrying a runner image) must
+        exist in GPUStack; the module checks that before it changes anything.
     type: str
   image_name:
     description:
       - Container image the instances run. Required for O(backend=Custom).
-      - With O(backend=vLLM) it overrides the image GPUStack would pick from its runner catalogue, which is how a
-        runner image pinned by digest (role runner_image) is the one that runs. Must already be present on the worker.
+      - Not accepted with O(backend=vLLM) - GPUStack 2.2.3 sets a vLLM-backend model's C(image_name) to null on its
+        every update, so a pinned image would be lost at the first change. Register the image as a backend version with
+        M(pairserve.llm.gpustack_backend_version) and give its RV(pairserve.llm.gpustack_backend_version#module:version)
+        as O(backend_version).
     type: str
   run_command:
     description:
@@ -87,7 +91,9 @@ options:
     default: 1
   env:
     description:
-      - Extra environment of the backend, merged over the defaults named in the description (yours win).
+      - Extra environment of the backend, merged with the defaults named in the description.
+      - It may add variables and repeat a default with the same value, but not change a default
+        (C(CUDA_DEVICE_ORDER), C(PYTORCH_ALLOC_CONF)); that is refused, naming the variable, before anything changes.
     type: dict
     default: {}
   restart_on_error:
@@ -130,7 +136,8 @@ EXAMPLES = r"""
     cluster: pairserve
     local_path: /var/lib/pairserve/models/qwen/snapshot
     backend: vLLM
-    backend_version: 0.25.1
+    # From pairserve.llm.gpustack_backend_version: the digest-pinned runner image as a version of the vLLM backend.
+    backend_version: 0.25.1-0123456789ab-custom
     gpu_ids: [node-a:cuda:0, node-a:cuda:1]
     backend_parameters: "{{ pairserve_profile_multimodal | pairserve.llm.vllm_args(version='0.25.1') }}"
 
@@ -175,18 +182,21 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     GPUSTACK_REQUIRED_ONE_OF,
+    SEED_ENV,
     GpuStackClient,
+    BACKEND_VERSION_SUFFIX,
     GpuStackError,
+    backend_row,
+    backend_versions,
     ensure_absent,
     fail,
     field_diff,
     gpustack_argument_spec,
     path_id,
     present_diff,
+    seed_env_conflicts,
 )
 
-# Why each default is there: see the module description (and docs/gpustack-api.md).
-BASE_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTORCH_ALLOC_CONF": "expandable_segments:True"}
 # Fields GPUStack applies without new instances: a replica count change is a scale, not a rollout.
 NO_ROLLOUT_FIELDS = frozenset(("replicas", "description"))
 
@@ -209,7 +219,7 @@ def desired_spec(p, cluster_id):
         "backend": p["backend"],
         "backend_version": p["backend_version"],
         "backend_parameters": list(p["backend_parameters"]),
-        "env": dict(BASE_ENV, **(p["env"] or {})),
+        "env": dict(SEED_ENV, **(p["env"] or {})),
         "restart_on_error": p["restart_on_error"],
         # A replica never spans machines here; GPUStack must also not decide to do so on its own.
         "distributed_inference_across_workers": False,
@@ -223,6 +233,24 @@ def desired_spec(p, cluster_id):
         per_replica = p["gpus_per_replica"] or max(1, len(p["gpu_ids"]) // max(1, p["replicas"]))
         spec["gpu_selector"] = {"gpu_ids": list(p["gpu_ids"]), "gpus_per_replica": per_replica}
     return spec
+
+
+def precheck_backend_version(module, client, p):
+    """Fail before any change when a user-defined version (one carrying an image) does not exist: GPUStack accepts
+    the model and fails only when an instance starts."""
+    version = p["backend_version"]
+    if p["backend"] == "Custom" or not version or not version.endswith(BACKEND_VERSION_SUFFIX):
+        return
+    versions = backend_versions(backend_row(client, p["backend"]))
+    if version not in versions:
+        msg = ("backend_version %r is not a version of GPUStack's %s backend (its own versions: %s); register the "
+               "runner image first with pairserve.llm.gpustack_backend_version"
+               % (version, p["backend"], ", ".join(sorted(versions)) or "none"))
+        if module.check_mode:
+            # A check-mode run plans the version's registration in an earlier task without making it.
+            module.warn(msg + " (check mode: assuming an earlier task registers it)")
+            return
+        module.fail_json(msg=msg)
 
 
 def precheck_gpus(module, client, p, cluster_id):
@@ -309,8 +337,18 @@ def main():
     if p["gpu_ids"] is not None and p["gpus_per_replica"] and len(p["gpu_ids"]) < p["gpus_per_replica"]:
         module.fail_json(msg="gpus_per_replica is %d but gpu_ids names only %d GPU(s): list every GPU of the pair"
                              % (p["gpus_per_replica"], len(p["gpu_ids"])))
+    if p["backend"] != "Custom" and p["image_name"]:
+        module.fail_json(msg="image_name is set for backend %s: GPUStack 2.2.3 drops the image_name of a %s-backend "
+                             "model at its every update, so the pinned image would be lost at the first change. "
+                             "Register the image with pairserve.llm.gpustack_backend_version and pass its version "
+                             "as backend_version instead" % (p["backend"], p["backend"]))
     for key in p["env"] or {}:
         p["env"][key] = str(p["env"][key])
+    conflicts = seed_env_conflicts(p["env"]) if p["state"] == "present" else []
+    if conflicts:
+        # Before any API call: the merged env would otherwise silently carry the user's value.
+        module.fail_json(msg="model %s: env %s. In the inventory the env comes from pairserve_replica_env."
+                             % (name, "; ".join(conflicts)), changed=False)
 
     try:
         client = GpuStackClient.from_module(module)
@@ -320,14 +358,16 @@ def main():
         cluster_id = client.resolve_cluster_id(p["cluster"])
         if p["gpu_ids"]:
             precheck_gpus(module, client, p, cluster_id)
+        precheck_backend_version(module, client, p)
     except GpuStackError as err:
         fail(module, err, "cannot read GPUStack model %r" % name)
 
     desired = desired_spec(p, cluster_id)
     changed, before, after = field_diff(desired, existing, subset_keys=("gpu_selector",))
     if existing and p["backend"] != "Custom":
-        # Switching away from Custom: the leftover image/command must go, or GPUStack keeps running them.
-        for key in ("run_command",) if p["image_name"] else ("image_name", "run_command"):
+        # A leftover image/command (a former Custom model, or a model that named its image) must go, or GPUStack
+        # keeps running them instead of the backend version's image.
+        for key in ("image_name", "run_command"):
             if existing.get(key):
                 changed.append(key)
                 before[key], after[key] = existing[key], None

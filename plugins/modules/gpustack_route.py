@@ -35,8 +35,11 @@ options:
     description:
       - The models behind the route, each with a request weight. Required with O(state=present).
       - Weights are relative (58 and 42 send 58% and 42% of the requests).
-      - A weight of V(0) drains a target (it gets no new requests but stays in the route), which is how an upgrade
-        empties one replica. At least one target must keep a weight above 0.
+      - A weight of V(0) keeps a target in the route without a share of the requests. GPUStack 2.2.3 accepts a mix of
+        0 and positive weights; 2.3.0 refuses it (HTTP 422) and accepts only a weight-0 I(fallback) next to positive
+        targets. To drain a node, plan with the filter P(pairserve.llm.route_drain_plan#filter), which drains a single
+        replica as the route's fallback (both versions) and gives the restore; the maintenance plays use it. At least
+        one target must keep a weight above 0.
     type: list
     elements: dict
     suboptions:
@@ -93,14 +96,16 @@ EXAMPLES = r"""
       - {model: qwen-node-a, weight: 58}
       - {model: qwen-node-b, weight: 42}
 
-- name: Drain node B before its upgrade (node A keeps serving)
+- name: Drain node B before its upgrade (node A keeps serving; B only takes A's 5xx), on GPUStack 2.2.3 and 2.3.0
   pairserve.llm.gpustack_route:
     api_url: http://node-a:30080
     api_key: "{{ pairserve_gpustack_management_key }}"
     name: qwen
     targets:
-      - {model: qwen-node-a, weight: 100}
-      - {model: qwen-node-b, weight: 0}
+      - {model: qwen-node-a, weight: 58}
+    fallback:
+      model: qwen-node-b
+      status_codes: [5xx]
 
 - name: Split mode, one route per profile, each falling back to the other pair on 5xx
   pairserve.llm.gpustack_route:

@@ -18,6 +18,16 @@ description:
     fetched; it writes nothing.
   - An interrupted download keeps every finished file; the next run fetches only what is missing. A connection
     dropped mid-file is resumed by huggingface_hub with an HTTP range request.
+  - After a crash - a run killed mid-file (SIGKILL, OOM kill, async timeout, reboot) leaves the file's partial
+    download in C(blobs/) (huggingface_hub 2.4 names it C(<etag>.<id>.incomplete), unique to its process, and
+    would start the file again from byte 0). The next run resumes it from its size on disk with a range request,
+    under huggingface_hub's lock of that file, and hashes the whole file (sha256 for LFS files, git blob id
+    otherwise) before it becomes a blob, whatever O(verify) says; a file that does not match is downloaded again
+    from byte 0. What a kill costs is at most the piece the client held in memory (10 MiB).
+  - A successful run removes what a killed run left and no run will finish (RV(debris_removed), a change) -
+    partial downloads of complete blobs, empty ones, huggingface_hub's probe files, temp files of the manifest,
+    the progress file and the ref. A partial download of a file that this run does not select is kept for the
+    run that needs it.
   - Free disk space is checked against the listing's total before anything is fetched.
   - Optionally writes C(refs/<ref_name>) so that C(hf cache prune) keeps the pinned snapshot, and exports the
     snapshot as a self-contained directory of hardlinks that a container can mount on its own.
@@ -32,6 +42,8 @@ attributes:
     support: full
     details:
       - Sends one listing request unless the manifest already proves the snapshot complete (then none).
+      - Reports the partial downloads it would resume (RV(bytes_resumed)) and the leftovers of a killed run it
+        would remove (RV(debris_removed)).
   diff_mode:
     support: full
 options:
@@ -152,15 +164,30 @@ fetched:
   type: list
   elements: str
 bytes_fetched:
-  description: Bytes downloaded (or in check mode to download).
+  description: Bytes downloaded (or in check mode to download), without the bytes kept from partial downloads.
   returned: always
   type: int
+bytes_resumed:
+  description: Bytes of partial downloads a killed run left that this run kept (or in check mode would keep).
+  returned: always
+  type: int
+resumed:
+  description: Files finished from a partial download of an earlier run (empty in check mode).
+  returned: always
+  type: list
+  elements: str
+debris_removed:
+  description:
+    - Partial and temp files of a killed run that this run removed (in check mode, would remove).
+  returned: always
+  type: list
+  elements: str
 bytes_total:
   description: Size of the selected files.
   returned: always
   type: int
 bytes_verified:
-  description: Bytes hashed by O(verify) in this run.
+  description: Bytes hashed by O(verify) in this run, and by the resume of a partial download.
   returned: always
   type: int
 duration_s:
@@ -198,10 +225,11 @@ model:
 
 import os
 import time
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.pairserve.llm.plugins.module_utils import hub
+from ansible_collections.pairserve.llm.plugins.module_utils import hub, partial_downloads
 
 
 def _import_hub():
@@ -210,6 +238,23 @@ def _import_hub():
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     import huggingface_hub  # pylint: disable=import-outside-toplevel
     return huggingface_hub
+
+
+def _fetch_rest(hf, repo_id, commit, endpoint, token):
+    """How a partial file is finished: huggingface_hub's own HEAD (which gives the LFS location) and its http_get
+    with resume_size, i.e. an HTTP range request from the size on disk, appended to the open file."""
+    from huggingface_hub import file_download  # pylint: disable=import-outside-toplevel
+    from huggingface_hub.utils import build_hf_headers  # pylint: disable=import-outside-toplevel
+
+    def fetch(path, handle, offset, size):
+        url = hf.hf_hub_url(repo_id, path, revision=commit, endpoint=endpoint)
+        meta = hf.get_hf_file_metadata(url, token=token, endpoint=endpoint, retry_on_errors=True)
+        headers = build_hf_headers(token=token)
+        location = meta.location or url
+        if urlsplit(location).netloc != urlsplit(url).netloc:
+            headers.pop("authorization", None)  # a signed URL of another host (the CDN): no token, as the client does
+        file_download.http_get(location, handle, resume_size=offset, headers=headers, expected_size=size)
+    return fetch
 
 
 def _listing(module, hf, repo_id, commit, token, endpoint):
@@ -299,16 +344,21 @@ def main():
     progress_file = p["progress_file"] or hub.default_progress_path(cache_dir, repo_id, commit)
     bytes_total = sum(files[f]["size"] for f in wanted)
     fetched = list(status["missing"])
-    bytes_fetched = status["missing_bytes"]
+    # what a run killed mid-file left on disk is kept: only the rest of such a file is fetched
+    pending = dict((hub.expected_blob_name(files[path]), files[path]["size"]) for path in fetched)
+    bytes_resumed = partial_downloads.resumable_bytes(cache_dir, repo_id, pending) if fetched else 0
+    bytes_fetched = status["missing_bytes"] - bytes_resumed
     changed = bool(fetched)
     before = {"files_present": sorted(status["present"])}
     after = {"files_present": sorted(wanted)}
     result = dict(changed=False, commit=commit, snapshot_path=snap, path=p["export_dir"] or snap, files=wanted,
-                  fetched=fetched, bytes_fetched=bytes_fetched, bytes_total=bytes_total, bytes_verified=0,
-                  duration_s=0.0, throughput_bytes_per_s=0, requests_sent=requests_sent,
-                  progress_file=progress_file, model={})
+                  fetched=fetched, bytes_fetched=bytes_fetched, bytes_resumed=bytes_resumed, bytes_total=bytes_total,
+                  bytes_verified=0, duration_s=0.0, throughput_bytes_per_s=0, requests_sent=requests_sent,
+                  progress_file=progress_file, resumed=[], debris_removed=[], model={})
 
     duration = 0.0
+    debris = []
+    resumed_records = {}
     if fetched:
         # also in check mode: the role's preflight is a check-mode run, and it must fail before anything changes
         try:
@@ -316,13 +366,24 @@ def main():
         except hub.HubError as exc:
             module.fail_json(msg=str(exc), **result)
     if fetched and not module.check_mode:
-        blobs = os.path.join(hub.repo_folder(cache_dir, repo_id), "blobs")
-        pending = {}
-        for path in fetched:
-            pending[hub.expected_blob_name(files[path])] = files[path]["size"]
+        blobs = partial_downloads.blobs_dir(cache_dir, repo_id)
         started = time.monotonic()
         try:
             with hub.Progress(progress_file, blobs, pending):
+                resumed = partial_downloads.resume(cache_dir, repo_id, files, fetched,
+                                                   _fetch_rest(hf, repo_id, commit, endpoint, p["token"]),
+                                                   p["max_workers"])
+                for item in resumed:
+                    debris.extend(item["removed"])
+                    if item["error"]:
+                        module.warn("Resuming %s from byte %d failed (%s); huggingface_hub fetches it itself."
+                                    % (item["path"], item["offset"], item["error"]))
+                    if item["record"]:
+                        resumed_records[hub.expected_blob_name(files[item["path"]])] = item["record"]
+                bytes_resumed = sum(item["offset"] for item in resumed if item["action"] == "resumed")
+                result.update(bytes_resumed=bytes_resumed, bytes_fetched=status["missing_bytes"] - bytes_resumed,
+                              resumed=[item["path"] for item in resumed if item["action"] == "resumed"])
+                bytes_fetched = result["bytes_fetched"]
                 hf.snapshot_download(repo_id, revision=commit, cache_dir=cache_dir, endpoint=endpoint,
                                      token=p["token"], allow_patterns=p["allow_patterns"],
                                      ignore_patterns=p["ignore_patterns"], max_workers=p["max_workers"])
@@ -339,8 +400,10 @@ def main():
     verified = dict(verified_before)
     if not module.check_mode:
         if p["verify"]:
-            records, bad, hashed = hub.verify_blobs(cache_dir, repo_id, files, wanted, verified_before)
-            result["bytes_verified"] = hashed
+            # a resumed file was hashed whole before it became a blob: not again
+            records, bad, hashed = hub.verify_blobs(cache_dir, repo_id, files, wanted,
+                                                    dict(verified_before, **resumed_records))
+            result["bytes_verified"] = hashed + sum(r[0] for r in resumed_records.values())
             if bad:
                 module.fail_json(
                     msg="verify: %d file(s) of %s@%s do not match the Hub's listing: %s. The blob is corrupt "
@@ -350,6 +413,8 @@ def main():
                                                                             b["actual"]) for b in bad)),
                     mismatches=bad, **result)
             verified.update(records)
+        else:
+            verified.update(resumed_records)
         if manifest is None or manifest.get("files") != files or verified != verified_before:
             hub.write_manifest(cache_dir, repo_id, commit, files, verified)
 
@@ -372,6 +437,19 @@ def main():
         before["export_outdated"] = sorted(export_changed)
         after["export_outdated"] = []
         changed = changed or bool(export_changed)
+
+    # What a run killed at any point left behind and no run will finish: partial files of complete blobs,
+    # huggingface_hub's probe files, our own temp files (manifest, progress, ref).
+    debris.extend(partial_downloads.sweep(cache_dir, repo_id, module.check_mode))
+    for directory in (hub.state_dir(cache_dir, repo_id), os.path.join(hub.repo_folder(cache_dir, repo_id), "refs")):
+        debris.extend(hub.sweep_temp_files(directory, check_mode=module.check_mode))
+    if p["progress_file"]:
+        debris.extend(hub.sweep_temp_files(os.path.dirname(os.path.abspath(progress_file)),
+                                           targets={os.path.basename(progress_file)}, check_mode=module.check_mode))
+    result["debris_removed"] = sorted(set(debris))
+    if debris:
+        before["debris"], after["debris"] = result["debris_removed"], []
+        changed = True
 
     if os.path.isdir(snap):
         result["model"] = hub.describe_checkpoint(snap)

@@ -127,13 +127,26 @@ options:
           - Recorded C(usage.prompt_tokens) of that prompt. Without it the count is recorded in the result, not checked.
         type: int
   image_count:
-    description: Fresh images in the V(images) request (the camera request of the seed sends ten).
+    description:
+      - Fresh random frames in the V(images) request (the seed's camera requests send ten to sixteen).
+      - Their image tokens (O(image_size) and O(image_processor) decide how many a frame makes) must be past the
+        2,048 tokens of the seed's tokenizer truncation, or the check could pass on a broken checkpoint - the module
+        refuses a smaller request before sending anything.
     type: int
-    default: 10
+    default: 12
   image_size:
-    description: Width and height of each random PNG, in pixels.
+    description:
+      - Width and height of each random PNG, in pixels. 448 x 448 makes 196 image tokens with 16-pixel patches
+        (Qwen3-VL, Qwen3.5) and 256 with 14-pixel patches (Qwen2.5-VL).
     type: int
-    default: 64
+    default: 448
+  image_processor:
+    description:
+      - The checkpoint's C(preprocessor_config.json) (its C(patch_size), C(merge_size) and pixel bounds, as
+        C(min_pixels)/C(max_pixels) or C(size.shortest_edge)/C(size.longest_edge)), to count the image tokens of a
+        frame as the server's processor does. Omitted, the geometry of the Qwen3-VL / Qwen3.5 family (16-pixel
+        patches, 2 x 2 merge) is used.
+    type: dict
   tokenize_url:
     description:
       - URL of vLLM's C(/tokenize) for counting prompt tokens. Defaults to O(base_url)/tokenize; a GPUStack route does
@@ -178,8 +191,9 @@ options:
     elements: dict
     default: []
 notes:
-  - The image check was proven here only for request construction (valid, unique PNGs as data URLs); the test suite's
-    CPU vLLM does not serve a vision model, so the served image path is proven on real hardware only.
+  - The image check's sizing (image tokens per frame from the processor geometry, the request past 2,048, the
+    text-only twin, the control request) is tested against a scripted server; the test suite's CPU vLLM does not
+    serve a vision model, so the served image path itself is proven on real hardware only.
 seealso:
   - module: pairserve.llm.llm_bench
   - module: pairserve.llm.gpustack_info
@@ -254,6 +268,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
+from ansible_collections.pairserve.llm.plugins.module_utils import vl_tokens
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_log
 
 DEFAULT_TEXT_PROMPT = [{"role": "user", "content": "Say the verification phrase."}]
@@ -328,8 +343,9 @@ def main():
                 messages=dict(type="list", elements="dict"),
                 reference=dict(type="int"),
             )),
-            image_count=dict(type="int", default=10),
-            image_size=dict(type="int", default=64),
+            image_count=dict(type="int", default=12),
+            image_size=dict(type="int", default=448),
+            image_processor=dict(type="dict"),
             tokenize_url=dict(type="str", no_log=False),
             timeout=dict(type="float", default=600),
             validate_certs=dict(type="bool", default=True),
@@ -359,6 +375,19 @@ def main():
     if params["image_count"] < 1 or params["image_size"] < 8:
         module.fail_json(msg="image_count must be >= 1 and image_size >= 8 (got %d and %d)."
                              % (params["image_count"], params["image_size"]))
+    if "images" in checks:
+        try:
+            per_frame = vl_tokens.image_tokens(params["image_size"], params["image_size"],
+                                               vl_tokens.geometry(params["image_processor"]))
+        except vl_tokens.GeometryError as err:
+            module.fail_json(msg="image_processor: %s; give the checkpoint's preprocessor_config.json." % err)
+        if per_frame * params["image_count"] <= vl_tokens.SEED_TRUNCATION:
+            module.fail_json(msg="the image check would send %d frames of %dx%d = %d image tokens, not past the %d "
+                                 "tokens of the seed's tokenizer truncation: it would pass on a checkpoint that still "
+                                 "truncates. Raise image_count (at least %d) or image_size."
+                                 % (params["image_count"], params["image_size"], params["image_size"],
+                                    per_frame * params["image_count"], vl_tokens.SEED_TRUNCATION,
+                                    vl_tokens.SEED_TRUNCATION // per_frame + 1))
     if params["text"]["max_tokens"] < 16:
         module.fail_json(msg="text.max_tokens %d leaves no room for reasoning: the seed sends reasoning_effort "
                              "medium with a budget of thousands of tokens." % params["text"]["max_tokens"])
@@ -379,7 +408,8 @@ def main():
     tokens = dict(params["token_count"])
     tokens["messages"] = tokens["messages"] or text["messages"]
     spec = {"text": text, "tool_call": tool, "token_count": tokens, "max_model_len": params["max_model_len"],
-            "image_count": params["image_count"], "image_size": params["image_size"]}
+            "image_count": params["image_count"], "image_size": params["image_size"],
+            "image_processor": params["image_processor"]}
 
     client = probe.Client(params["base_url"], params["api_key"], params["timeout"], params["validate_certs"],
                           params["tokenize_url"])

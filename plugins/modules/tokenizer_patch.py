@@ -22,6 +22,11 @@ description:
     The file is never written in place; the patched text goes to a temporary file beside it and an atomic rename
     replaces the directory entry. The blob stays pristine and is the backup.
   - Idempotent, and re-applied when a new download brought the original link back.
+  - After a crash - a run killed at any point leaves each entry whole (the original link or the fully patched
+    file), at worst with its hidden temp file (C(.<file>.pairserve-XXXXXXXX.tmp), C(.<file>.pairserve-restore))
+    beside it or in the backup directory. The next run removes those (RV(debris_removed), a change) and
+    finishes the patch. A temp file is only removed while no live run writes in that directory (a lock on the
+    directory, which the kernel releases when its holder dies).
 author:
   - pairserve.llm maintainers (@pairserve)
 extends_documentation_fragment:
@@ -98,6 +103,11 @@ backup_dir:
   description: Where the record of the original entries lives.
   returned: always
   type: str
+debris_removed:
+  description: Temp files of a killed run that this run removed (in check mode, would remove).
+  returned: always
+  type: list
+  elements: str
 """
 
 import os
@@ -213,8 +223,10 @@ def main():
         module.fail_json(msg="path %s has none of %s: is it the model snapshot directory?"
                              % (directory, ", ".join(names)))
     backup_dir = module.params["backup_dir"] or tok.default_backup_dir(directory)
+    # a run killed mid-write left its temp file; the entry itself is either the old one or the new one
+    debris = tok.sweep_debris(directory, backup_dir, module.check_mode)
     record = tok.read_record(backup_dir)
-    files, diffs, changed = {}, [], False
+    files, diffs, changed = {}, [], bool(debris)
     for name in names:
         if module.params["state"] == "patched":
             info, diff, file_changed = _patch_one(module, directory, name, record, backup_dir)
@@ -224,7 +236,7 @@ def main():
         changed = changed or file_changed
         if diff:
             diffs.append(diff)
-    result = dict(changed=changed, path=directory, files=files, backup_dir=backup_dir)
+    result = dict(changed=changed, path=directory, files=files, backup_dir=backup_dir, debris_removed=debris)
     if module._diff:
         result["diff"] = diffs
     module.exit_json(**result)

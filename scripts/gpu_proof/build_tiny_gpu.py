@@ -6,8 +6,7 @@
 
 Why a variant: scripts/build_tiny_model.py builds head size 32 because vLLM's CPU attention needs 32...512.
 On Hopper vLLM 0.25.1 picks FlashAttention 3, whose kernels are built for head sizes 64, 96, 128, 192
-and 256; the recipe that booted vLLM 0.25.1 with TP=2 on the H200 host (../shared/reference/vllm-gpu/
-make_tiny64.py) used head size 64. Everything else - tokenizer, chat template, the six verification
+and 256; the recipe that booted vLLM 0.25.1 with TP=2 on the H200 host used head size 64. Everything else - tokenizer, chat template, the six verification
 conversations, the bf16 greedy-match stopping rule, verification.json - is build_tiny_model.py's own
 code: this wrapper only changes the one config value, so the GPU model memorises exactly the prompts the
 verify checks send.

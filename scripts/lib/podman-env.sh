@@ -24,10 +24,38 @@ export CONTAINERS_CONF=$pairserve_state/containers.conf
 
 # Bump when the recipe below changes: an image with another recipe label is rebuilt (and so is every image
 # built FROM it, see vllm-cpu-image.sh).
-PAIRSERVE_NODE_IMAGE_RECIPE=2
+PAIRSERVE_NODE_IMAGE_RECIPE=3
 
 pairserve_image_recipe() {  # pairserve_image_recipe <image>: its org.pairserve.recipe label, empty if none
   podman image inspect --format '{{ index .Labels "org.pairserve.recipe" }}' "$1" 2>/dev/null || true
+}
+
+# The lab reaches its nodes over SSH, as Ansible reaches real nodes. The nodes share the host's network, so
+# Debian's ssh.service (port 22 on every address) is masked; pairserve-lab-sshd.service runs sshd with the
+# configuration scripts/lab.sh mounts at /etc/pairserve-lab (its own port on 127.0.0.1, its host key, the
+# lab's client key); without that mount it does not start (molecule's control-plane containers).
+pairserve_node_sshd_hook() {
+  cat <<'HOOK'
+ln -sf /dev/null "$1"/etc/systemd/system/ssh.service
+ln -sf /dev/null "$1"/etc/systemd/system/ssh.socket
+rm -f "$1"/etc/systemd/system/sshd.service "$1"/etc/systemd/system/multi-user.target.wants/ssh.service
+cat >"$1"/etc/systemd/system/pairserve-lab-sshd.service <<'UNIT'
+[Unit]
+Description=sshd of a lab node, on 127.0.0.1 only (the lab's nodes share the host's network)
+ConditionPathExists=/etc/pairserve-lab/sshd_config
+After=network.target
+
+[Service]
+ExecStartPre=/usr/bin/mkdir -p /run/sshd
+ExecStart=/usr/sbin/sshd -D -e -f /etc/pairserve-lab/sshd_config
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+ln -sf /etc/systemd/system/pairserve-lab-sshd.service "$1"/etc/systemd/system/multi-user.target.wants/pairserve-lab-sshd.service
+rm -f "$1"/etc/ssh/ssh_host_*
+HOOK
 }
 
 pairserve_build_node_image() {
@@ -41,12 +69,13 @@ pairserve_build_node_image() {
   # The epoch-dated apt stamp makes `cache_valid_time` refresh the emptied package lists.
   # libnuma1: the CPU build of vLLM in the lab's replica image (built FROM this one) loads it.
   mmdebstrap --quiet --variant=apt \
-    --include=python3,python3-apt,python3-venv,sudo,systemd,systemd-sysv,dbus,ca-certificates,iproute2,procps,libnuma1 \
+    --include=python3,python3-apt,python3-venv,sudo,systemd,systemd-sysv,dbus,ca-certificates,iproute2,procps,libnuma1,openssh-server \
     --aptopt='Acquire::Languages "none"' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
     --customize-hook='mkdir -p "$1"/var/lib/apt/periodic; touch -d @0 "$1"/var/lib/apt/periodic/update-success-stamp' \
+    --customize-hook="$(pairserve_node_sshd_hook)" \
     bookworm - "$mirror" |
     podman import --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' \
       --change "LABEL org.pairserve.recipe=$PAIRSERVE_NODE_IMAGE_RECIPE" - "$PAIRSERVE_NODE_IMAGE" >/dev/null

@@ -2,6 +2,13 @@
 # Sourced after podman-env.sh: builds the lab's replica image, the CPU build of vLLM on the node image.
 # No registry is reachable, so the venv scripts/build_vllm_cpu.sh made is copied in (a build-time volume,
 # no 3 GB build context) and re-pointed at the image's own Python 3.11 (the venv was made with the host's).
+# GPUStack's built-in vLLM backend starts `vllm serve` (exec form, the image's entrypoint bypassed), as in its
+# gpustack/runner images. The CPU build is the distribution vllm-cpu, and vLLM's CLI reads the version of the
+# distribution `vllm` (to print it, and to find the CPU platform by its `+cpu` suffix, as a CPU build from source
+# reports): the image gets that metadata (a dist-info alias, no code) and a `vllm` script that runs the image's own
+# Python. Bump the recipe when this changes, so that existing images are rebuilt.
+PAIRSERVE_VLLM_CLI_RECIPE=1
+
 pairserve_vllm_cpu_image() {
   local version=$1
   echo "localhost/pairserve-vllm-cpu:$version"
@@ -21,7 +28,8 @@ pairserve_build_vllm_cpu_image() {
   if podman image exists "$image" &&
     [ "$(pairserve_image_recipe "$image")" = "$(pairserve_image_recipe "$PAIRSERVE_NODE_IMAGE")" ] &&
     { [ -z "$env" ] || podman image inspect --format '{{range .Config.Env}}{{println .}}{{end}}' "$image" | grep -qxF "$env"; } &&
-    [ "$(podman image inspect --format '{{index .Labels "org.pairserve.torch-import-affinity"}}' "$image")" = "${hook_sum:-none}" ]; then
+    [ "$(podman image inspect --format '{{index .Labels "org.pairserve.torch-import-affinity"}}' "$image")" = "${hook_sum:-none}" ] &&
+    [ "$(podman image inspect --format '{{index .Labels "org.pairserve.vllm-cli"}}' "$image")" = "$PAIRSERVE_VLLM_CLI_RECIPE" ]; then
     return 0
   fi
   venv=${venv:-$pairserve_root/.cache/vllm-cpu/$version/venv}
@@ -41,10 +49,16 @@ STEPS
   fi
   cat >"$ctx/Containerfile" <<CONTAINERFILE
 FROM $PAIRSERVE_NODE_IMAGE
-LABEL org.pairserve.lab=true org.pairserve.vllm-version=$version org.pairserve.torch-import-affinity=${hook_sum:-none}
+LABEL org.pairserve.lab=true org.pairserve.vllm-version=$version org.pairserve.torch-import-affinity=${hook_sum:-none} org.pairserve.vllm-cli=$PAIRSERVE_VLLM_CLI_RECIPE
 RUN cp -a /src /opt/vllm \\
  && ln -sfn /usr/bin/python3.11 /opt/vllm/bin/python3.11 \\
  && sed -i -e 's#^home = .*#home = /usr/bin#' -e '/^executable/d' -e '/^command/d' /opt/vllm/pyvenv.cfg \\
+ && sed -i '1s@^#!.*python.*\$@#!/opt/vllm/bin/python@' /opt/vllm/bin/vllm \\
+ && site=\$(/opt/vllm/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \\
+ && mkdir "\$site/vllm-$version+cpu.dist-info" \\
+ && printf 'Metadata-Version: 2.1\\nName: vllm\\nVersion: $version+cpu\\n' >"\$site/vllm-$version+cpu.dist-info/METADATA" \\
+ && echo pairserve-lab >"\$site/vllm-$version+cpu.dist-info/INSTALLER" \\
+ && test "\$(PATH=/opt/vllm/bin:\$PATH vllm --version 2>/dev/null | tail -n 1)" = "$version+cpu" \\
  && /opt/vllm/bin/python -c 'import vllm, sys; print("vllm", vllm.__version__, "on", sys.version.split()[0])' \\
  && /opt/vllm/bin/python -c 'from vllm.platforms.cpu import CpuPlatform; import torch; CpuPlatform.import_kernels(); torch.ops._C.init_cpu_memory_env'
 $hook_steps
@@ -53,6 +67,12 @@ ENV $env}
 CMD ["python", "-m", "vllm.entrypoints.openai.api_server", "--help"]
 CONTAINERFILE
   echo "building $image from $venv (copies about $(du -sh "$venv" | cut -f1))"
+  local previous
+  previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
   podman build --quiet --network none --volume "$venv:/src:ro" -t "$image" "$ctx" >/dev/null
   rm -rf "$ctx"
+  # The image it replaces (several GB) would stay behind untagged: remove it unless a container still uses it.
+  if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
+    podman rmi "$previous" >/dev/null 2>&1 || true
+  fi
 }

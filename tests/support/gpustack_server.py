@@ -28,14 +28,12 @@ What runs, and why this way:
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import tarfile
 import tempfile
 import time
 import urllib.error
@@ -46,6 +44,8 @@ from pathlib import Path
 
 import yaml
 
+from lab import tools_archive
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -55,9 +55,8 @@ API_KEY_VALUE = "pairserve-test-management-key-0001"
 CLUSTER_NAME = "pytest"
 WORKER_NAME = "node-test"
 # Tool versions each release's ToolsManager checks in third_party/bin/versions.json (a mismatch makes the worker
-# download the tool at start, offline: abort): the worker role's own table, one source for the lab and the suite.
-TOOL_VERSIONS_BY_GPUSTACK = yaml.safe_load(
-    (REPO / "roles" / "gpustack_worker" / "vars" / "main.yml").read_text())["pairserve_gpustack_worker_lab_tool_versions"]
+# download the tool at start, offline: abort): the lab's table, one source for the lab and the suite.
+TOOL_VERSIONS_BY_GPUSTACK = yaml.safe_load((REPO / "lab" / "gpustack-tools" / "tool-versions.yml").read_text())
 TOOL_VERSIONS = TOOL_VERSIONS_BY_GPUSTACK[DEFAULT_VERSION]
 # Bump when ensure_venv() changes what goes into the venv, so cached venvs are rebuilt.
 VENV_RECIPE = 1
@@ -75,23 +74,12 @@ def _log(msg: str) -> None:
 
 # -- venv -----------------------------------------------------------------------------------------
 
-def _placeholder_tools_archive(path: Path, tools: dict) -> None:
-    script = ("#!/bin/sh\necho 'pairserve test placeholder for GPUStack tool {name}: the real binary is not "
-              "available offline; this worker declares static resources and serves no GGUF model' >&2\nexit 127\n")
-    with tarfile.open(path, "w:gz") as tar:
-        def add(name: str, data: bytes, mode: int) -> None:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = mode
-            tar.addfile(info, io.BytesIO(data))
-        for tool in tools:
-            add(f"./{tool}/{tool}", script.format(name=tool).encode(), 0o755)
-        add("./versions.json", json.dumps(tools).encode(), 0o644)
-
-
 def ensure_venv(version: str = DEFAULT_VERSION) -> Path:
     """The GPUStack venv, built once from the offline wheelhouse; returns its directory."""
-    constraints = REPO / "roles" / "gpustack_install" / "files" / f"gpustack-{version}.constraints.txt"
+    # The venv is made from the system python3 (3.11 on Debian 12, as on the lab's nodes): its constraints file.
+    python = subprocess.run(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    constraints = REPO / "roles" / "gpustack_install" / "files" / f"py{python}" / f"gpustack-{version}.constraints.txt"
     subprocess.run(["bash", str(REPO / "scripts" / "build_wheelhouse.sh"), version], check=True)
     wheelhouse = CACHE / "wheelhouse" / f"gpustack-{version}"
     venv = CACHE / "gpustack" / f"venv-{version}"
@@ -110,7 +98,7 @@ def ensure_venv(version: str = DEFAULT_VERSION) -> Path:
                     "-c", str(constraints), f"gpustack=={version}"], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "tools.tar.gz"
-        _placeholder_tools_archive(archive, tools)
+        tools_archive.write(version if version in TOOL_VERSIONS_BY_GPUSTACK else DEFAULT_VERSION, str(archive))
         subprocess.run([str(venv / "bin" / "gpustack"), "download-tools", "--load-archive", str(archive)],
                        check=True, env=_clean_env({}))
     stamp.write_text(want)
@@ -200,12 +188,20 @@ class Postgres:
         self.port = free_port()
         self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
                           "-E", "UTF8", "--no-sync")
+        self._pg_ctl_start()
+        self._as_postgres(str(PG_BIN / "psql") if (PG_BIN / "psql").exists() else "psql", "-h", "127.0.0.1",
+                          "-p", str(self.port), "-U", "postgres", "-c", "CREATE DATABASE gpustack")
+
+    def _pg_ctl_start(self) -> None:
         opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
         self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
                           str(self.root / "postgres.log"), "-w", "start")
         self.started = True
-        self._as_postgres(str(PG_BIN / "psql") if (PG_BIN / "psql").exists() else "psql", "-h", "127.0.0.1",
-                          "-p", str(self.port), "-U", "postgres", "-c", "CREATE DATABASE gpustack")
+
+    def start_again(self) -> None:
+        """Start the cluster stop() stopped: same data directory, port and options (fault tests)."""
+        if not self.started:
+            self._pg_ctl_start()
 
     @property
     def url(self) -> str:
@@ -237,6 +233,7 @@ class GpuStackServer:
     timings: dict = field(default_factory=dict)
     _postgres: Postgres = None
     _server: subprocess.Popen = None
+    _server_cmd: list = None
     _worker: subprocess.Popen = None
 
     @property
@@ -287,11 +284,9 @@ class GpuStackServer:
         cfg_path = server_dir / "config.yaml"
         cfg_path.write_text(json.dumps(server_cfg, indent=1))  # JSON is YAML
         self.server_log = server_dir / "server.log"
+        self._server_cmd = [gpustack, "start", "--config-file", str(cfg_path)]
         started = time.monotonic()
-        with open(self.server_log, "wb") as log:
-            self._server = subprocess.Popen([gpustack, "start", "--config-file", str(cfg_path)], stdout=log,
-                                            stderr=subprocess.STDOUT, env=_clean_env({}), cwd=server_dir,
-                                            start_new_session=True)
+        self._launch_server("wb")
         self.timings["server_readyz_s"] = round(_wait_http(self.api_url + "/readyz", self._server,
                                                            self.server_log, 300), 1)
         _log(f"server {self.api_url} ready in {time.monotonic() - started:.0f} s")
@@ -318,6 +313,45 @@ class GpuStackServer:
         self._wait_worker_ready(started)
         self.timings["total_s"] = round(time.monotonic() - total, 1)
         _log(f"ready: {self.timings}")
+
+    def _launch_server(self, log_mode: str) -> None:
+        with open(self.server_log, log_mode) as log:
+            self._server = subprocess.Popen(self._server_cmd, stdout=log, stderr=subprocess.STDOUT,
+                                            env=_clean_env({}), cwd=self.server_log.parent, start_new_session=True)
+
+    # -- faults (tests/integration/faults) ------------------------------------------------------------
+
+    @property
+    def server_pid(self) -> int | None:
+        return self._server.pid if self._server is not None and self._server.poll() is None else None
+
+    def kill_server(self) -> None:
+        """SIGKILL the server's process group (its PID is the group id), as a crash or an OOM kill would."""
+        if self._server is None or self._server.poll() is not None:
+            return
+        try:
+            os.killpg(self._server.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._server.wait(30)
+
+    def restart_server(self, timeout: float = 300) -> float:
+        """Start the server again with its config (same database, ports, data dir) after kill_server();
+        returns the seconds until /readyz answered. The worker reconnects by itself."""
+        if self._server is not None and self._server.poll() is None:
+            raise RuntimeError("restart_server: the server is still running; kill_server() first")
+        started = time.monotonic()
+        self._launch_server("ab")
+        ready = _wait_http(self.api_url + "/readyz", self._server, self.server_log, timeout)
+        _log(f"server {self.api_url} restarted in {time.monotonic() - started:.0f} s")
+        return ready
+
+    def stop_postgres(self) -> None:
+        """pg_ctl stop -m fast: the server loses its database while it keeps running."""
+        self._postgres.stop()
+
+    def start_postgres(self) -> None:
+        self._postgres.start_again()
 
     def _bootstrap(self) -> None:
         """Admin -> management API key (fixed value) -> cluster -> registration token."""
@@ -376,11 +410,12 @@ def fake_resources(gpu_count: int = 2) -> dict:
     }
 
 
-def gpustack_server_fixture(version: str = DEFAULT_VERSION):
-    """A session-scoped pytest fixture function starting one `GpuStackServer` for the whole run."""
+def gpustack_server_fixture(version: str = DEFAULT_VERSION, scope: str = "session"):
+    """A pytest fixture function starting one `GpuStackServer` for the whole run (or for `scope`: the fault suite
+    uses a module-scoped server of its own, stopped as soon as its tests are done)."""
     import pytest  # only needed where the fixture is used
 
-    @pytest.fixture(scope="session")
+    @pytest.fixture(scope=scope)
     def gpustack_server(request):
         if not (PG_BIN / "initdb").exists():
             pytest.fail(f"PostgreSQL 15 is missing ({PG_BIN}); run `make deps` (apt package postgresql)")

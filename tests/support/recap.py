@@ -1,5 +1,5 @@
 """The PLAY RECAP of an ansible-playbook run, parsed: shared by the integration tests (test_day2) and the lab's
-suites (molecule/*/tests through support.lab_api). No testinfra here: integration tests import it too."""
+suites (molecule/*/tests through support.lab_suite). No testinfra here: integration tests import it too."""
 
 from __future__ import annotations
 

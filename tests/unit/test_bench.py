@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collect
 from ansible_collections.pairserve.llm.plugins.module_utils import bench  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils import urls_session  # noqa: E402
-from support.ansible_runner import run_module  # noqa: E402
+from lab.ansible_runner import run_module  # noqa: E402
 
 
 def test_seed_weights_58_42_from_244_and_177():

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collect
 
 from ansible_collections.pairserve.llm.plugins.module_utils import bench  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args  # noqa: E402
-from support.ansible_runner import run_playbook  # noqa: E402
+from lab.ansible_runner import run_playbook  # noqa: E402
 
 NODES = ["node-a", "node-b"]
 
@@ -74,12 +74,12 @@ def test_the_override_surface_is_the_profile_keys_and_env():
 
 
 def test_the_arm_profile_changes_only_what_the_arm_says_and_renders():
-    profiles = {"lab": {"max_num_batched_tokens": 4096}, "text": {"max_model_len": 90000}}
-    arm = bench.arm_profile("lab", profiles, {"max_num_seqs": 2, "env": {"A": "1"}})
-    assert arm == {"max_num_batched_tokens": 4096, "max_num_seqs": 2, "ab_arm": True}
-    assert profiles["lab"] == {"max_num_batched_tokens": 4096}, "the inventory's profiles are not modified"
-    baseline = vllm_args.render(dict(profiles["lab"], name="lab"), "0.27.1").argv
-    armed = vllm_args.render(dict(arm, name="lab"), "0.27.1").argv
+    profiles = {"agents": {"base": "text", "max_num_batched_tokens": 4096}, "text": {"max_model_len": 90000}}
+    arm = bench.arm_profile("agents", profiles, {"max_num_seqs": 2, "env": {"A": "1"}})
+    assert arm == {"base": "text", "max_num_batched_tokens": 4096, "max_num_seqs": 2, "ab_arm": True}
+    assert profiles["agents"] == {"base": "text", "max_num_batched_tokens": 4096}, "the inventory's profiles are not modified"
+    baseline = vllm_args.render(dict(profiles["agents"], name="agents"), "0.27.1").argv
+    armed = vllm_args.render(dict(arm, name="agents"), "0.27.1").argv
     assert set(baseline) ^ set(armed) == {"--max-num-seqs=8", "--max-num-seqs=2"}
 
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from support import scripts
-from support.ansible_runner import REPO, run_playbook
+from lab.ansible_runner import REPO, run_playbook
 
 SCRIPT = REPO / "roles" / "controller" / "files" / "pairserve_controller.py"
 UNIT = "/etc/systemd/system/pairserve-controller.service"

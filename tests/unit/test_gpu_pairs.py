@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.ansible_runner import run_module, run_playbook
+from lab.ansible_runner import run_module, run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml_replay
-from support.ansible_runner import run_playbook
+from lab.ansible_runner import run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"

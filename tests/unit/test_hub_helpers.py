@@ -13,7 +13,7 @@ from huggingface_hub.utils import filter_repo_objects
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import hub  # noqa: E402
-from support import checkpoint_repo  # noqa: E402
+from lab import checkpoint_repo  # noqa: E402
 
 PATHS = ["config.json", "tokenizer.json", "model-00001-of-00003.safetensors", "vision/encoder.safetensors",
          "vision/config.json", "README.md", ".gitattributes"]
@@ -46,6 +46,23 @@ def test_describe_checkpoint_of_a_plain_dense_text_model(tmp_path):
     facts = hub.describe_checkpoint(str(tmp_path))
     assert (facts["hybrid"], facts["vision"], facts["mtp"], facts["quantization"], facts["native_context"]) == \
         (False, False, False, "fp8", 40960)
+
+
+@pytest.mark.parametrize("qcfg, want", [
+    # llm-compressor's NVFP4 (as the GPU proof's tiny hybrid copy carries it): by its format, or by its groups
+    ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}, "nvfp4"),
+    ({"quant_method": "compressed-tensors", "format": "mixed", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "float", "group_size": 16}}}}, "nvfp4"),
+    # 4-bit integers (W4A16) and 8-bit floats stay what they are
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "int", "group_size": 128}}}}, "compressed-tensors"),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float", "group_size": None}}}}, "compressed-tensors"),
+])
+def test_a_compressed_tensors_checkpoint_says_whether_it_is_nvfp4(tmp_path, qcfg, want):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "quantization_config": qcfg}))
+    assert hub.describe_checkpoint(str(tmp_path))["quantization"] == want
 
 
 def test_disk_check_names_the_input_and_the_fix(tmp_path):

@@ -197,6 +197,46 @@ def test_four_gpus_pair_by_model_not_by_bus_adjacency():
     assert fact["leftover"] == []
 
 
+def test_gpustack_indexes_are_the_minor_numbers(tmp_path):
+    """GPUStack's worker numbers a GPU by its /dev/nvidia<minor> (gpustack-runtime 0.2.1's default), not by its
+    NVML index: where the two differ, a pin by NVML index would name other cards."""
+    recording = json.loads(Path(fixture("four-gpus-two-models.json")).read_text())
+    minors = {0: 2, 1: 0, 2: 3, 3: 1}
+    for device in recording["devices"]:
+        device["MinorNumber"] = minors[device["Index"]]
+    path = tmp_path / "minors.json"
+    path.write_text(json.dumps(recording))
+    fact = nvml.gather({nvml_replay.ENV_VAR: str(path)}, expected_pairs=2)
+    second = fact["pairs"][1]
+    assert second["nvml_indices"] == [1, 3]
+    assert second["gpustack_gpu_indexes"] == [0, 1]
+    # Without a minor number (NVML refuses it), GPUStack falls back to the NVML index, and so does the pin.
+    for device in recording["devices"]:
+        device["MinorNumber"] = {"error": "NotSupported", "code": 3}
+    path.write_text(json.dumps(recording))
+    fact = nvml.gather({nvml_replay.ENV_VAR: str(path)}, expected_pairs=2)
+    assert fact["pairs"][1]["gpustack_gpu_indexes"] == [1, 3]
+
+
+def test_mig_enabled_gpu_is_left_out_with_the_reason(tmp_path):
+    """A MIG-enabled card is not one GPU: it is left out of the pairs, and expected_pairs then says so."""
+    recording = json.loads(Path(fixture("h200x2.json")).read_text())
+    recording["devices"][1]["MigMode"] = [1, 1]
+    recording["devices"][0]["MigMode"] = [0, 0]
+    path = tmp_path / "mig.json"
+    path.write_text(json.dumps(recording))
+    fact = nvml.gather({nvml_replay.ENV_VAR: str(path)})
+    assert fact["pairs"] == []
+    migged = [left for left in fact["leftover"] if "MIG mode is enabled" in left["reason"]]
+    assert [left["uuid"] for left in migged] == [recording["devices"][1]["UUID"]], fact["leftover"]
+    with pytest.raises(nvml.GpuInventoryError, match="MIG mode is enabled"):
+        nvml.gather({nvml_replay.ENV_VAR: str(path)}, expected_pairs=1)
+    # Recorded as not supported (GeForce) or disabled: paired as before.
+    recording["devices"][1]["MigMode"] = {"error": "NotSupported", "code": 3}
+    path.write_text(json.dumps(recording))
+    assert len(nvml.gather({nvml_replay.ENV_VAR: str(path)}, expected_pairs=1)["pairs"]) == 1
+
+
 def test_exclude_by_bus_id_in_any_spelling():
     fact = gather("four-gpus-two-models.json", exclude=["0000:21:00.0"])
     assert [p["name"] for p in fact["pairs"]] == ["NVIDIA RTX A6000"]

@@ -20,7 +20,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe  # noqa: E402
-from support.ansible_runner import run_module  # noqa: E402
+from lab.ansible_runner import run_module  # noqa: E402
 
 CAPTURED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "vllm-logs" / "responses.json").read_text())
 
@@ -131,6 +131,10 @@ def test_diagnosis_names_target_check_class_and_instance_log():
     ({"checks": ["context"], "max_model_len": None}, "the context check needs max_model_len"),
     ({"text": {"max_tokens": 4}}, "leaves no room for reasoning"),
     ({"tool_call": {"tools": [{"type": "function"}]}}, "is not an OpenAI tool schema"),
+    # The old default, ten 64x64 frames: a few dozen image tokens, which pass on a checkpoint that still truncates.
+    ({"checks": ["images"], "image_count": 10, "image_size": 64}, "not past the 2048 tokens"),
+    ({"checks": ["images"], "image_count": 10}, "Raise image_count (at least 11)"),
+    ({"checks": ["images"], "image_processor": {"patch_size": 0}}, "image_processor: preprocessor patch_size"),
 ])
 def test_verify_refuses_bad_input_before_any_request(args, message):
     res = run_module("llm_verify", dict({"base_url": "http://127.0.0.1:9", "model": "m", "max_model_len": 4096}, **args))

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-from pathlib import Path
 
 import pytest
 
-from support.ansible_runner import REPO, run_module
+from lab.ansible_runner import run_module
+from support.container_cli import fake_runtime
 
 from ansible_collections.pairserve.llm.plugins.module_utils.runner_catalogue import (  # noqa: E402
     RunnerCatalogueError,
     cuda_from_driver,
     select_image,
 )
-
-GPUSTACK_SITE = sorted((REPO / ".cache" / "gpustack").glob("venv-*/lib/python3.11/site-packages"))
 
 
 def entry(vllm, cuda, deprecated=False):
@@ -55,39 +52,6 @@ def test_driver_too_old_for_every_runner():
     assert "Upgrade the NVIDIA driver" in str(err.value)
 
 
-def fake_runtime(tmp_path: Path, present: bool) -> Path:
-    """A `docker` executable on PATH that records its arguments; the module drives it like the real CLI."""
-    log = tmp_path / "calls.log"
-    script = tmp_path / "bin" / "docker"
-    script.parent.mkdir()
-    script.write_text("#!/bin/sh\necho \"$@\" >> %s\ncase \"$1 $2\" in\n  'image inspect') exit %d ;;\n"
-                      "  'pull '*) exit 0 ;;\nesac\nexit 0\n" % (log, 0 if present else 1))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script.parent
-
-
-@pytest.mark.skipif(not GPUSTACK_SITE, reason="needs the GPUStack venv (scripts/build_wheelhouse.sh + tests/support/gpustack_server.py build it)")
-def test_module_resolves_from_the_installed_catalogue_and_pulls_once(tmp_path):
-    bindir = fake_runtime(tmp_path, present=False)
-    env = {"PATH": "%s:%s" % (bindir, os.environ["PATH"]), "PYTHONPATH": str(GPUSTACK_SITE[-1])}
-    args = {"vllm_version": "0.25.1", "cuda_version": "13000"}
-    check = run_module("runner_image", args, check=True, diff=True, env=env)
-    assert not check.failed, check.stdout + check.stderr
-    assert check.changed and check["pulled"] and check["image"] == "gpustack/runner:cuda13.0-vllm0.25.1"
-    assert "pull" not in (tmp_path / "calls.log").read_text()   # check mode pulls nothing
-    applied = run_module("runner_image", args, env=env)
-    assert applied.changed and "pull gpustack/runner:cuda13.0-vllm0.25.1" in (tmp_path / "calls.log").read_text()
-
-
-@pytest.mark.skipif(not GPUSTACK_SITE, reason="needs the GPUStack venv")
-def test_module_refuses_a_pin_without_image_before_touching_the_runtime(tmp_path):
-    bindir = fake_runtime(tmp_path, present=True)
-    env = {"PATH": "%s:%s" % (bindir, os.environ["PATH"]), "PYTHONPATH": str(GPUSTACK_SITE[-1])}
-    res = run_module("runner_image", {"vllm_version": "0.99.0", "cuda_version": "13000"}, env=env)
-    assert res.failed and "has no GPUStack runner image" in res["msg"]
-    assert not (tmp_path / "calls.log").exists()
-
-
 def test_present_pinned_image_is_not_changed(tmp_path):
     bindir = fake_runtime(tmp_path, present=True)
     env = {"PATH": "%s:%s" % (bindir, os.environ["PATH"])}
@@ -102,3 +66,80 @@ def test_present_pinned_image_is_not_changed(tmp_path):
 def test_bad_digest_is_refused():
     res = run_module("runner_image", {"vllm_version": "0.25.1", "cuda_version": "13000", "image": "x", "digest": "abc"})
     assert res.failed and "not an image digest" in res["msg"]
+
+
+def calls(tmp_path):
+    log = tmp_path / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def runtime_holding(tmp_path, images):
+    """A `docker` on PATH whose `image inspect` describes `images` (exit 1 when there is none), recording its calls."""
+    script = tmp_path / "bin" / "docker"
+    script.parent.mkdir()
+    (tmp_path / "inspect.json").write_text(json.dumps(images))
+    script.write_text("#!/bin/sh\necho \"$@\" >> %s\ncase \"$1 $2\" in\n  'image inspect') cat %s; exit %d ;;\nesac\n"
+                      "exit 0\n" % (tmp_path / "calls.log", tmp_path / "inspect.json", 0 if images else 1))
+    script.chmod(0o755)
+    return {"PATH": "%s:%s" % (script.parent, os.environ["PATH"])}
+
+
+DIGEST = "sha256:" + "cd" * 32
+PINNED = "127.0.0.1:5000/lab/vllm-cpu:0.25.1@" + DIGEST
+HELD = "127.0.0.1:5000/lab/vllm-cpu@" + DIGEST
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_absent_removes_the_held_reference_and_check_mode_only_says_so(tmp_path, check):
+    env = runtime_holding(tmp_path, [{"RepoTags": ["localhost/pairserve-vllm-cpu:0.25.1"], "RepoDigests": [HELD]}])
+    res = run_module("runner_image", {"image": PINNED, "state": "absent"}, check=check, env=env)
+    assert not res.failed, res.stdout[-2000:]
+    assert res.changed and res["removed"] and res["image"] == PINNED
+    # The tag beside the digest is left out, as the runtimes store a pinned reference.
+    assert calls(tmp_path) == ["image inspect " + HELD] + ([] if check else ["image rm " + HELD])
+
+
+@pytest.mark.parametrize("images", [
+    [],  # the runtime has no such image
+    # podman 4 finds an image by its digest under any name: one that no longer holds this repository's name
+    [{"RepoTags": ["localhost/pairserve-vllm-cpu:0.25.1"], "RepoDigests": ["localhost/pairserve-vllm-cpu@" + DIGEST]}],
+])
+def test_absent_without_the_reference_changes_nothing(tmp_path, images):
+    env = runtime_holding(tmp_path, images)
+    res = run_module("runner_image", {"image": PINNED, "state": "absent"}, env=env)
+    assert not res.failed and not res.changed and not res["removed"], res.stdout[-2000:]
+    assert calls(tmp_path) == ["image inspect " + HELD]
+
+
+@pytest.mark.parametrize("image, held, shown", [
+    # Docker shows Docker Hub names short, podman in full: both are the same reference.
+    ("gpustack/runner:cuda13.0-vllm0.25.1", "gpustack/runner:cuda13.0-vllm0.25.1",
+     "docker.io/gpustack/runner:cuda13.0-vllm0.25.1"),
+    ("registry.local:5000/runner", "registry.local:5000/runner:latest", "registry.local:5000/runner:latest"),
+])
+def test_absent_without_a_digest_removes_the_tag(tmp_path, image, held, shown):
+    env = runtime_holding(tmp_path, [{"RepoTags": [shown], "RepoDigests": []}])
+    res = run_module("runner_image", {"image": image, "state": "absent"}, env=env)
+    assert not res.failed and res.changed, res.stdout[-2000:]
+    assert calls(tmp_path) == ["image inspect " + held, "image rm " + held]
+
+
+# Ansible looks for the binary in PATH and in the sbin directories: a PATH of the system directories alone stands for
+# a node without Docker where none of them has a docker CLI (a docker installed under /usr/local/bin is not seen).
+SYSTEM_PATH = ("/usr/bin", "/bin")
+
+
+@pytest.mark.skipif(any(os.path.exists(os.path.join(d, "docker"))
+                        for d in SYSTEM_PATH + ("/sbin", "/usr/sbin", "/usr/local/sbin")),
+                    reason="this machine has a docker CLI in a system directory")
+def test_absent_on_a_node_without_the_runtime_changes_nothing():
+    res = run_module("runner_image", {"image": "gpustack/runner:cuda13.0-vllm0.25.1", "state": "absent"},
+                     env={"PATH": os.pathsep.join(SYSTEM_PATH)})
+    assert not res.failed and not res.changed and json.dumps(res["present"]) == "false"
+
+
+def test_absent_needs_the_image_and_present_the_versions():
+    res = run_module("runner_image", {"state": "absent"})
+    assert res.failed and "image" in res["msg"]
+    res = run_module("runner_image", {"image": "x"})
+    assert res.failed and "vllm_version" in res["msg"]

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import tokenizer as tok  # noqa: E402
-from support import checkpoint_repo  # noqa: E402
+from lab import checkpoint_repo  # noqa: E402
 
 
 def changed_lines(before: str, after: str) -> list[str]:

@@ -17,6 +17,7 @@ if str(REPO / ".cache" / "collections") not in sys.path:
     sys.path.insert(0, str(REPO / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va  # noqa: E402
+from lab.profile import lab_profile  # noqa: E402
 
 # The seed's checkpoint (Qwen3.8 27B NVFP4): hybrid attention, vision tower, MTP head, long native context.
 SEED_CHECKPOINT = {
@@ -87,7 +88,9 @@ def test_split_style_is_a_command_line():
 
 
 def test_lab_profile_fits_the_cpu_backend():
-    rendered = va.render("lab", "0.27.1", TINY, {})
+    # The lab inventory's own profile (an ordinary user profile, not a built-in one).
+    assert "lab" not in va.BUILTIN_PROFILES
+    rendered = va.render(lab_profile(), "0.27.1", TINY, {})
     pairs = dict(va.argv_pairs(rendered.argv))
     assert pairs["--kv-cache-memory-bytes"] == "64M"
     assert "--enforce-eager" in pairs
@@ -104,6 +107,15 @@ def test_profile_dict_overrides_its_base_key_by_key():
     assert pairs["--max-model-len"] == "49152" and pairs["--kv-cache-dtype"] == "fp8"
     assert "--language-model-only" in pairs
     assert rendered.profile["name"] == "agents" and rendered.profile["base"] == "text"
+
+
+def test_a_defined_profile_renders_and_an_undefined_one_is_never_multimodal():
+    # With settings or a base a user profile is defined; the same name bare is refused, not served as multimodal.
+    assert dict(va.argv_pairs(render({"name": "agents", "max_num_seqs": 4}).argv))["--max-num-seqs"] == "4"
+    assert render({"name": "agents", "base": "text"}).argv == render("text").argv
+    assert render({"base": "text"}).argv == render("text").argv
+    with pytest.raises(va.VllmArgsError, match="'agents' is neither"):
+        render({"name": "agents"})
 
 
 def test_extra_args_are_appended_after_the_profile_flags():
@@ -194,7 +206,7 @@ REFUSED = [
     ("gpu-mem-1.5", {"name": "multimodal", "gpu_memory_utilization": 1.5}, None, None, "0.25.1", r"number in \(0, 1\]"),
     ("gpu-mem-0", {"name": "multimodal", "gpu_memory_utilization": 0}, None, None, "0.25.1", r"number in \(0, 1\]"),
     ("context-over-native", {"name": "text", "max_model_len": 300000}, None, None, "0.25.1", "longer than the checkpoint's native context 262144"),
-    ("lab-over-native", "lab", dict(TINY, native_context=2048), None, "0.27.1", "native context 2048"),
+    ("lab-over-native", lab_profile(), dict(TINY, native_context=2048), None, "0.27.1", "native context 2048"),
     ("mtp-without-ab-arm", {"name": "multimodal", "speculative": {"method": "mtp", "num_speculative_tokens": 2}}, None, None, "0.25.1",
      "4.6x slower"),
     ("mtp-without-head", {"name": "multimodal", "ab_arm": True, "speculative": {"method": "mtp", "num_speculative_tokens": 2}},
@@ -208,15 +220,25 @@ REFUSED = [
     ("vision-on-text-checkpoint", "multimodal", dict(SEED_CHECKPOINT, vision=False), None, "0.25.1", "has no vision tower"),
     ("unknown-key", {"name": "text", "max_model_length": 1000}, None, None, "0.25.1", "unknown key"),
     ("unknown-base", {"name": "x", "base": "huge"}, None, None, "0.25.1", "is not a built-in profile"),
+    ("unknown-name", "multimodel", None, None, "0.25.1", r"'multimodel' is neither a built-in profile \(multimodal"),
+    ("undefined-name-dict", {"name": "agents"}, None, None, "0.25.1", "define it in pairserve_profiles"),
+    ("undefined-name-no-base", {"name": "agents", "base": None}, None, None, "0.25.1", "no settings and no base"),
     ("max-num-seqs-0", {"name": "text", "max_num_seqs": 0}, None, None, "0.25.1", "max_num_seqs must be an integer >= 1"),
     ("tp-string", {"name": "text", "tensor_parallel_size": "2"}, None, None, "0.25.1", "tensor_parallel_size must be an integer"),
     ("bool-as-string", {"name": "text", "trust_remote_code": "yes"}, None, None, "0.25.1", "must be true or false"),
-    ("no-memory-budget", {"name": "lab", "kv_cache_memory_bytes": None}, TINY, None, "0.27.1", "set gpu_memory_utilization"),
-    ("bad-kv-bytes", {"name": "lab", "kv_cache_memory_bytes": "lots"}, TINY, None, "0.27.1", "K/M/G suffix"),
+    ("no-memory-budget", lab_profile(kv_cache_memory_bytes=None), TINY, None, "0.27.1", "set gpu_memory_utilization"),
+    ("bad-kv-bytes", lab_profile(kv_cache_memory_bytes="lots"), TINY, None, "0.27.1", "K/M/G suffix"),
     ("extra-owns-flag", {"name": "text", "extra_args": ["--max-model-len=1000"]}, None, None, "0.25.1", "set the profile key max_model_len"),
     ("extra-pp", {"name": "text", "extra_args": ["-pp", "2"]}, None, None, "0.25.1", "sets a flag the profile owns"),
     ("auto-tools-without-parser", {"name": "text", "tool_call_parser": None}, None, None, "0.25.1", "needs tool_call_parser"),
     ("bad-generation-config", {"name": "text", "override_generation_config": "temperature=1"}, None, None, "0.25.1", "must be a mapping"),
+    # The seed: 0.95 booted with ~10 MiB free on 2x16 GiB and died on a 34 MiB activation. Refused on such cards
+    # unless the profile accepts it; a string is not an acknowledgement.
+    ("gpu-mem-0.95-16gib", {"name": "multimodal", "gpu_memory_utilization": 0.95}, None, PAIR_5080, "0.25.1",
+     "refused on a pair of 16303 MiB cards.*accept_gpu_memory_above_092"),
+    ("gpu-mem-0.93-16gib", {"name": "text", "gpu_memory_utilization": 0.93}, None, PAIR_4070, "0.25.1", "0.92 stayed up"),
+    ("gpu-mem-ack-as-string", {"name": "multimodal", "gpu_memory_utilization": 0.95,
+                               "accept_gpu_memory_above_092": "yes"}, None, PAIR_5080, "0.25.1", "must be true or false"),
 ]
 
 
@@ -227,8 +249,13 @@ def test_guard_rails_refuse_with_the_reason(profile, checkpoint, pair, version, 
 
 
 WARNED = [
-    ("gpu-mem-0.94", {"name": "multimodal", "gpu_memory_utilization": 0.94}, PAIR_5080, "booted with ~10 MiB free and died on a 34 MiB"),
-    ("gpu-mem-0.95-edge", {"name": "multimodal", "gpu_memory_utilization": 0.95}, PAIR_5080, "above 0.92"),
+    ("gpu-mem-0.94-accepted", {"name": "multimodal", "gpu_memory_utilization": 0.94, "accept_gpu_memory_above_092": True},
+     PAIR_5080, "booted with ~10 MiB free and died on a 34 MiB"),
+    ("gpu-mem-0.95-accepted", {"name": "multimodal", "gpu_memory_utilization": 0.95, "accept_gpu_memory_above_092": True},
+     PAIR_5080, "above 0.92"),
+    # On larger cards the seed's 16 GiB story does not apply: warned, not refused.
+    ("gpu-mem-0.95-large-cards", {"name": "multimodal", "gpu_memory_utilization": 0.95},
+     {"memory_total_mib": 143771, "compute_capability": "9.0", "fp4_path": "marlin"}, "above 0.92"),
     ("gpu-mem-0.90-16gib", {"name": "multimodal", "gpu_memory_utilization": 0.90}, PAIR_4070, "missed the seed's KV-cache check by 20 MiB"),
     ("max-num-seqs-1", {"name": "text", "max_num_seqs": 1}, PAIR_4070, "4x"),
     ("text-131072-on-16gib", {"name": "text", "max_model_len": 131072}, PAIR_4070, "131072 did not boot"),

@@ -14,7 +14,8 @@ import json
 
 import pytest
 
-from support.lab_api import ROUTE, STATE, WEIGHTS, load_summary, rc, recap
+from lab.api import ROUTE, STATE, WEIGHTS
+from support.lab_suite import load_summary, rc, recap
 
 DIR = STATE / "bench_arms"
 NODE_B, NODE_A = f"{ROUTE}-node-b", f"{ROUTE}-node-a"

@@ -18,8 +18,8 @@ import re
 import pytest
 import testinfra
 
-from support.lab_api import (REPO, ROUTE, STATE, WEIGHTS, items, load_summary, rc, read_keys, recap, route_weights,
-                             skip_unless_all_steps)
+from lab.api import REPO, ROUTE, STATE, WEIGHTS, items, read_keys, route_weights
+from support.lab_suite import load_summary, rc, recap, skip_unless_all_steps
 
 DIR = STATE / "hardware_swap"
 NEW = json.loads((REPO / "tests" / "fixtures" / "nvml" / "node-b-2x4090.json").read_text())["devices"]

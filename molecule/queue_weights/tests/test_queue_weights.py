@@ -10,7 +10,8 @@ import pytest
 import testinfra
 import yaml
 
-from support.lab_api import NODE_A, ROUTE, STATE, WEIGHTS, rc, read_keys, recap, route_weights
+from lab.api import NODE_A, ROUTE, STATE, WEIGHTS, read_keys, route_weights
+from support.lab_suite import rc, recap
 
 DIR = STATE / "queue_weights"
 FAST, SLOW = f"{ROUTE}-node-a", f"{ROUTE}-node-b"

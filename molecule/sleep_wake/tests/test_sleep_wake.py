@@ -9,7 +9,8 @@ import json
 import pytest
 import testinfra
 
-from support.lab_api import NODE_A, ROUTE, STATE, WEIGHTS, rc, read_keys, route_weights
+from lab.api import NODE_A, ROUTE, STATE, WEIGHTS, read_keys, route_weights
+from support.lab_suite import rc
 
 DIR = STATE / "sleep_wake"
 SLEEPER = f"{ROUTE}-node-b"

@@ -19,24 +19,33 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import urllib.request
 
 import pytest
 import testinfra
 import yaml
 
-from support.lab_api import (API, REPO, ROUTE, STATE, WEIGHTS, call, items, load_summary, rc, read_keys, recap,
-                             route_weights, skip_unless_all_steps)
+from lab.api import API, REPO, ROUTE, STATE, WEIGHTS, call, items, read_keys, route_weights
+from support.lab_suite import load_summary, rc, recap, skip_unless_all_steps
 
 DIR = STATE / "upgrade"
 HUB = json.loads((STATE / "hub.json").read_text()) if (STATE / "hub.json").exists() else {}
 INVENTORY = REPO / "inventory" / "lab"
 PREV = yaml.safe_load((INVENTORY / "upgrade" / "previous.yml").read_text())
 NEXT = yaml.safe_load((INVENTORY / "upgrade" / "next.yml").read_text())
+sys.path.insert(0, str(REPO / ".cache" / "collections"))
+from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import pinned_backend_version  # noqa: E402
+
+
+def runner_version(pins):
+    """The vLLM backend version that carries the pins' runner image (the replica role registers it)."""
+    return pinned_backend_version(pins["pairserve_vllm_version"], pins["pairserve_runner_image"])
+
+
 HOSTS = ("node-a", "node-b")
 # The tool versions each GPUStack release's worker checks (what the lab's stub archive must name).
-TOOL_VERSIONS = yaml.safe_load((REPO / "roles" / "gpustack_worker" / "vars" / "main.yml").read_text())[
-    "pairserve_gpustack_worker_lab_tool_versions"]
+TOOL_VERSIONS = yaml.safe_load((REPO / "lab" / "gpustack-tools" / "tool-versions.yml").read_text())
 WORKER_PORT = {host: (yaml.safe_load((INVENTORY / "host_vars" / f"{host}.yml").read_text()) or {}).get(
     "pairserve_gpustack_worker_port",
     yaml.safe_load((REPO / "roles" / "gpustack_worker" / "defaults" / "main.yml").read_text())[
@@ -84,7 +93,7 @@ def test_the_previous_pins_rolled_out_one_node_at_a_time():
     assert rc(DIR / "previous.rc") == 0, log[-4000:]
     # The default lab runs vLLM 0.27.1's image: both replicas moved to the previous pins' image.
     for host in HOSTS:
-        assert re.search(rf"{host}: replica\(s\) {ROUTE}-{host} change \([^)]*image_name", log), \
+        assert re.search(rf"{host}: replica\(s\) {ROUTE}-{host} change \([^)]*backend_version", log), \
             f"{host}'s replica did not move to {PREV['pairserve_runner_image']}"
     assert "worker GPUStack" not in log, "the previous pins moved a worker"
     assert all(r["failed"] == 0 for r in recap(DIR / "previous.log").values())
@@ -123,11 +132,11 @@ def test_the_new_pins_rolled_out_one_node_at_a_time(keys):
     ran("upgrade-1", "the new pins")
     log = (DIR / "upgrade-1.log").read_text()
     assert rc(DIR / "upgrade-1.rc") == 0, log[-4000:]
-    assert HUB.get("next_revision"), "the lab hub has no next commit (scripts/lab_hub.py)"
+    assert HUB.get("next_revision"), "the lab hub has no next commit (lab/hub.py)"
     assert HUB["next_revision"] != HUB["revision"]
     models = {m["name"]: m for m in items("/v2/models", keys["management"])}
     for host in HOSTS:
-        assert models[f"{ROUTE}-{host}"]["image_name"] == NEXT["pairserve_runner_image"]
+        assert models[f"{ROUTE}-{host}"]["backend_version"] == runner_version(NEXT)
         assert models[f"{ROUTE}-{host}"]["local_path"].endswith("/" + HUB["next_revision"]), \
             models[f"{ROUTE}-{host}"]["local_path"]
     # One node at a time: node-a drained, verified and restored before node-b was drained.
@@ -151,7 +160,7 @@ def test_the_replicas_ran_the_previous_pins_before(before):
     assert before["server_version"].lstrip("v") == PREV["pairserve_gpustack_version"]
     models = {m["name"]: m for m in before["/v2/models"]}
     for host in HOSTS:
-        assert models[f"{ROUTE}-{host}"]["image_name"] == PREV["pairserve_runner_image"]
+        assert models[f"{ROUTE}-{host}"]["backend_version"] == runner_version(PREV)
         # What answered on the replica's port was vLLM itself, at the previous pin.
         assert before["replica_vllm"][f"{ROUTE}-{host}"] == PREV["pairserve_vllm_version"], before["replica_vllm"]
 
@@ -239,7 +248,7 @@ def test_each_replica_runs_the_new_vllm(keys):
         inst = instances.get(f"{ROUTE}-{host}")
         assert inst and inst["state"] == "running", inst
         # vLLM itself answers on the instance's port: the new image's vLLM, not only a new registration.
-        assert version_at(f"http://127.0.0.1:{inst['port']}/version") == NEXT["pairserve_vllm_version"]
+        assert version_at(f"http://{inst['worker_ip']}:{inst['port']}/version") == NEXT["pairserve_vllm_version"]
 
 
 def test_every_replica_runs_the_new_snapshot_with_its_weight_back(keys):

@@ -804,7 +804,9 @@ class GpuStack:
         """Read the model and PUT it back with another replica count.
 
         A GPUStack model PUT validates the whole spec and resets omitted fields to their defaults
-        (``distributed_inference_across_workers`` becomes true), so the body is the model as it is.
+        (``distributed_inference_across_workers`` becomes true), so the body is the model as it is. It also
+        sets a vLLM-backend model's ``image_name`` to null: the replicas' runner image therefore lives in their
+        backend version (pairserve.llm.gpustack_backend_version), which this PUT leaves alone.
         """
         model = self.call("GET", "/v2/models/%s" % model_id)
         body = {k: v for k, v in model.items()

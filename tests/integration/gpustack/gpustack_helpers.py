@@ -7,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
-from support.ansible_runner import run_module
+from lab.ansible_runner import run_module
 
 
 class CountingProxy:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from support.ansible_runner import REPO, run_module, run_playbook
+from lab.ansible_runner import REPO, run_module, run_playbook
 from support.gpustack_server import _clean_env, ensure_venv, free_port
 from support.recap import parse_recap
 
@@ -315,6 +315,8 @@ def day2(gpustack_server, tmp_path_factory):
                 "pairserve_upgrade_gpustack": False,
                 "pairserve_upgrade_checkpoint": False,
                 "pairserve_upgrade_verify": False,
+                # The verify record would go to the GPUStack server host, here this machine's /var/lib/pairserve.
+                "pairserve_verify_record_path": "",
                 "pairserve_day2_drain_poll": 1,
             },
         }
@@ -594,7 +596,9 @@ def test_upgrade_drains_one_replica_at_a_time_and_a_second_run_changes_nothing(d
     assert res.rc == 0, res.stdout[-6000:] + res.stderr[-2000:]
     for name in ("qwen-node-a", "qwen-node-b"):
         assert model(server, name)["local_path"] == new["path"], model(server, name)
-        assert model(server, name)["image_name"].endswith("runner:cuda13.0-vllm0.25.1"), model(server, name)
+        version = model(server, name)["backend_version"]
+        runner = server.api("GET", "/v2/inference-backends/backend_name/vLLM")["version_configs"][version]
+        assert runner["image_name"].endswith("runner:cuda13.0-vllm0.25.1"), runner
         assert not set(instance_ids(server, name)) & set(instances[name])  # rolled out
     polls = day2["metrics"].polls
     assert [(p[0], p[1]) for p in polls] == [("node-a", 1), ("node-a", 1), ("node-a", 0), ("node-b", 1), ("node-b", 0)]
@@ -652,7 +656,7 @@ def test_upgrade_rolls_back_a_replica_that_fails_verification(day2):
     a_after = model(server, "qwen-node-a")
     assert a_after["local_path"] == a_before["local_path"] == day2["checkpoint"]["path"]
     assert a_after["backend_parameters"] == a_before["backend_parameters"]
-    assert a_after["image_name"] == a_before["image_name"]
+    assert a_after["backend_version"] == a_before["backend_version"]
     assert [p[2] for p in day2["metrics"].polls] == [{"qwen-node-a": 0, "qwen-node-b": 42}]  # drained during it
     assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
     assert {n: v["id"] for n, v in route_targets(server).items()} == ids

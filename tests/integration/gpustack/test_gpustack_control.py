@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from gpustack_helpers import four_steps
-from support.ansible_runner import run_module, run_playbook
+from lab.ansible_runner import run_module, run_playbook
 
 pytestmark = pytest.mark.slow
 

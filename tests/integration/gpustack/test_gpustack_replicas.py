@@ -8,7 +8,7 @@ import time
 import pytest
 
 from gpustack_helpers import four_steps
-from support.ansible_runner import run_module
+from lab.ansible_runner import run_module
 
 pytestmark = pytest.mark.slow
 

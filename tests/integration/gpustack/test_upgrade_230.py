@@ -1,4 +1,4 @@
-"""GPUStack 2.2.3 -> 2.3.0 on the same PostgreSQL database, the order playbooks/upgrade.yml uses (issue #8).
+"""GPUStack 2.2.3 -> 2.3.0 on the same PostgreSQL database, the order playbooks/upgrade.yml uses.
 
 One PostgreSQL and one server + worker, both started here by PID (not the session's `gpustack_server`):
 2.2.3 creates the cluster, the worker registration, two replicas, the route `qwen` over both (58/42) and an
@@ -27,7 +27,7 @@ import pytest
 
 from gpustack_helpers import four_steps
 from support import gpustack_server as gs
-from support.ansible_runner import run_module
+from lab.ansible_runner import run_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.upgrade]
 

@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parents[2]))  # tests/, for `support`
+sys.path.insert(0, str(HERE.parents[3]))  # the repository root, for `lab`
 
-from support.vllm_server import make_server  # noqa: E402  pylint: disable=wrong-import-position
+from lab.vllm_server import make_server  # noqa: E402  pylint: disable=wrong-import-position
 
 import requests  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -49,7 +49,7 @@ def main():
     captured = {}
     with tempfile.TemporaryDirectory() as tmp:
         lab = make_server(Path(tmp), name="lab")
-        broken_profile = {"name": "broken", "base": "lab", "max_model_len": 1024, "enable_auto_tool_choice": False}
+        broken_profile = {"max_model_len": 1024, "enable_auto_tool_choice": False}
         broken = make_server(Path(tmp), name="broken", profile=broken_profile)
         try:
             lab.start()

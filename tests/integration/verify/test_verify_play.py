@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from support.ansible_runner import REPO, run_playbook
-from support.vllm_server import free_port, tiny_model
+from lab.ansible_runner import REPO, run_playbook
+from lab.vllm_server import free_port, tiny_model
 
 VERIFY = REPO / "playbooks" / "verify.yml"
 BENCH = REPO / "playbooks" / "bench.yml"
@@ -38,8 +38,7 @@ def expectations():
 def broken_vllm(vllm_servers):
     """The same model, started as a replica whose rendered arguments did not arrive: a 1024-token context
     below the profile's 4096 and no --enable-auto-tool-choice."""
-    return vllm_servers(name="broken", profile={"name": "broken", "base": "lab", "max_model_len": 1024,
-                                                "enable_auto_tool_choice": False})
+    return vllm_servers(name="broken", profile={"max_model_len": 1024, "enable_auto_tool_choice": False})
 
 
 def verify(inventory, server_url, model, expectations, *, max_model_len=4096, boot_log=None, tokenize=True,

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from support.vllm_server import tiny_model, verification_checks
+from lab.vllm_server import tiny_model, verification_checks
 
 pytestmark = pytest.mark.slow
 

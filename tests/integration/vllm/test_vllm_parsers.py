@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / ".cache" / "collections"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va  # noqa: E402
-from support.vllm_server import vllm_python  # noqa: E402
+from lab.vllm_server import vllm_python  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,90 @@
+"""GPUStack's API on the running lab, its keys, the route and the replica containers: what the lab's scripts
+(lab/sleep_wake.py, lab/queue_weights.py) and the lab's test suites (molecule/*/tests) share.
+
+The lab shares the host's network, so GPUStack on node-a answers on 127.0.0.1:30080; the keys are read from
+node-a the way an operator would (root-only files), with `podman exec`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+API = os.environ.get("PAIRSERVE_LAB_API", "http://127.0.0.1:30080")
+NODE_A = os.environ.get("PAIRSERVE_NODE_A", "pairserve-lab-node-a")
+STATE = REPO / ".lab"
+SERVING = (REPO / "inventory" / "lab" / "group_vars" / "all" / "serving.yml").read_text()
+ROUTE = re.search(r"^pairserve_route_name: (\S+)", SERVING, re.M).group(1)
+WEIGHTS = {host: int(w) for host, w in re.findall(r"^  (node-[ab]): (\d+)$", SERVING, re.M)}
+
+
+def lab_pins() -> dict:
+    """The lab's pins as the plays see them: pins.yml, the runner image's Jinja reference to the vLLM pin
+    rendered, and the digest scripts/lab.sh wrote after pushing the image to the lab registry."""
+    import yaml  # only the lab suites need it
+
+    all_vars = REPO / "inventory" / "lab" / "group_vars" / "all"
+    pins = yaml.safe_load((all_vars / "pins.yml").read_text())
+    digest_file = all_vars / "runner_digest.yml"
+    if digest_file.exists():
+        pins.update(yaml.safe_load(digest_file.read_text()))
+    pins["pairserve_runner_image"] = pins["pairserve_runner_image"].replace(
+        "{{ pairserve_vllm_version }}", pins["pairserve_vllm_version"])
+    digest = pins.get("pairserve_runner_image_digest")
+    pins["runner_reference"] = "%s@%s" % (pins["pairserve_runner_image"], digest) if digest else \
+        pins["pairserve_runner_image"]
+    return pins
+
+
+def call(path: str, key: str, body=None, timeout: float = 60):
+    """(status, parsed JSON or error text) of one request to the lab's GPUStack."""
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    req = urllib.request.Request(API + path, headers=headers,
+                                 data=json.dumps(body).encode() if body is not None else None)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+
+
+def items(path: str, key: str) -> list:
+    status, body = call(path + ("&" if "?" in path else "?") + "perPage=100", key)
+    assert status == 200, body
+    return body["items"]
+
+
+def read_keys() -> dict:
+    def read(name):
+        return subprocess.run(["podman", "exec", NODE_A, "cat", f"/etc/pairserve/secrets/{name}-api-key"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+    return {name: read(name) for name in ("management", "inference")}
+
+
+def route_weights(key: str, route: str = ROUTE) -> dict:
+    """{model name: weight} of the route's targets."""
+    routes = [r for r in items("/v2/model-routes", key) if r["name"] == route]
+    assert len(routes) == 1, routes
+    names = {m["id"]: m["name"] for m in items("/v2/models", key)}
+    return {names.get(t["model_id"], t["model_id"]): t["weight"]
+            for t in items(f"/v2/model-route-targets?route_id={routes[0]['id']}", key)
+            if t["route_id"] == routes[0]["id"]}
+
+
+# The podman service the lab's workers start the replicas through (scripts/lab.sh).
+REPLICA_ENGINE = ["podman", "--url", "unix:///run/pairserve-lab/podman.sock"]
+
+
+def replica_container(instance_name: str) -> dict:
+    """podman inspect of the container GPUStack's worker runs an instance's vLLM in ({instance}-run-0)."""
+    out = subprocess.run(REPLICA_ENGINE + ["ps", "--format", "json"], check=True, capture_output=True, text=True)
+    names = [n for c in json.loads(out.stdout) for n in c["Names"] if n.startswith(instance_name) and "-run" in n]
+    assert len(names) == 1, f"run container of {instance_name}: {names}"
+    out = subprocess.run(REPLICA_ENGINE + ["inspect", names[0]], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)[0]

@@ -1,0 +1,61 @@
+#!/usr/bin/env python
+"""Lab only: a CDI specification for `nvidia.com/gpu` made from a recorded NVML host.
+
+On a real node the NVIDIA Container Toolkit writes this file (`nvidia-ctk cdi generate`), with device nodes and
+driver libraries as its container edits. gpustack-runtime's podman deployer asks for `nvidia.com/gpu=<UUID>` for
+each GPU of a replica, and podman resolves the names here. The lab's GPUs are recordings, so each device's
+edits only set environment variables naming the device (PAIRSERVE_LAB_GPU_<index>=<UUID>, one key per device,
+since podman merges the edits of every requested device): the tests read them in each replica container to
+check it received its own pair's GPUs. No device node is created.
+
+    python -m lab.cdi RECORDING NODE OUTPUT    write OUTPUT atomically (podman reads /var/run/cdi/*.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+# The newest version podman 4.3 reads (0.6.0 is ignored without a word: every name is then unresolvable).
+CDI_VERSION = "0.5.0"
+
+
+def spec(recording: dict, node: str) -> dict:
+    devices = []
+    for device in recording.get("devices", []):
+        uuid, index = device.get("UUID"), device.get("Index")
+        if not isinstance(uuid, str) or not uuid.startswith("GPU-") or not isinstance(index, int):
+            raise ValueError("device %r of the recording has no GPU UUID or NVML index" % (device.get("Name"),))
+        devices.append({"name": uuid, "containerEdits": {"env": ["PAIRSERVE_LAB_GPU_%d=%s" % (index, uuid)]}})
+    if not devices:
+        raise ValueError("the recording lists no device")
+    return {"cdiVersion": CDI_VERSION, "kind": "nvidia.com/gpu", "devices": devices,
+            "containerEdits": {"env": ["PAIRSERVE_LAB_NODE=%s" % node]}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("recording")
+    parser.add_argument("node")
+    parser.add_argument("output")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.recording, encoding="utf-8") as handle:
+            made = spec(json.load(handle), args.node)
+    except (OSError, ValueError) as exc:
+        print("lab_cdi: %s: %s" % (args.recording, exc), file=sys.stderr)
+        return 1
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    tmp = "%s.%d.tmp" % (args.output, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(made, handle, indent=1)
+        handle.write("\n")
+    os.replace(tmp, args.output)
+    print("lab: CDI spec %s: nvidia.com/gpu=%s" % (args.output, ", ".join(d["name"] for d in made["devices"])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

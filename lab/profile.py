@@ -1,0 +1,20 @@
+"""The lab's vLLM profile, read from the lab inventory, its one owner (inventory/lab/group_vars/all/serving.yml,
+`pairserve_profiles.lab`): the lab's replicas, the integration tier's CPU vLLM servers and the unit tests that
+render it all use the same settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+SERVING = Path(__file__).resolve().parents[1] / "inventory" / "lab" / "group_vars" / "all" / "serving.yml"
+
+
+def lab_profile(name: str = "lab", **overrides) -> dict:
+    """The lab profile as a vllm_args profile dict named ``name``, with ``overrides`` (profile keys) applied."""
+    profiles = yaml.safe_load(SERVING.read_text())["pairserve_profiles"]
+    profile = dict(profiles["lab"])
+    profile.update(overrides)
+    profile["name"] = name
+    return profile

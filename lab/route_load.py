@@ -1,0 +1,171 @@
+#!/usr/bin/env python
+"""A bounded request loop against an OpenAI-compatible route, counting what failed.
+
+    python -m lab.route_load --url http://127.0.0.1:30080 --model qwen --key-file KEYFILE \\
+        --summary .lab/upgrade/load.json [--concurrency 2] [--max-seconds 1800] [--max-requests N]
+
+Sends small chat completions (a short prompt, a few output tokens) back to back from --concurrency threads
+until SIGTERM/SIGINT, --max-seconds or --max-requests, like an application that keeps using the service while
+a day-2 play runs. Each answer counts as ok (HTTP 200 with a non-empty choice) or failed (any other status, a
+connection error, a timeout or a 200 without content), with the first failures kept verbatim. The summary
+(JSON, written atomically when the loop ends and every --report-every seconds meanwhile) holds the counts, the
+failures by class and the latency percentiles; the last line on stdout says the same in words.
+The key is read from a file and never printed. Only the given URL is contacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+PROMPTS = (
+    "Name one prime number.",
+    "Say hello in French.",
+    "What colour is the sky on a clear day?",
+    "Count from one to three.",
+)
+
+
+class Tally:
+    """Counts and latencies shared by the worker threads."""
+
+    def __init__(self, keep: int = 20):
+        self.lock = threading.Lock()
+        self.ok = 0
+        self.failed = 0
+        self.by_class: dict[str, int] = {}
+        self.first_failures: list[dict] = []
+        self.latencies: list[float] = []
+        self.keep = keep
+        self.started = time.time()
+
+    def record(self, latency: float, failure: str | None = None, detail: str = "") -> None:
+        with self.lock:
+            if failure is None:
+                self.ok += 1
+                self.latencies.append(latency)
+                return
+            self.failed += 1
+            self.by_class[failure] = self.by_class.get(failure, 0) + 1
+            if len(self.first_failures) < self.keep:
+                self.first_failures.append({"at": round(time.time() - self.started, 1), "class": failure,
+                                            "detail": detail[:300]})
+
+    def summary(self) -> dict:
+        with self.lock:
+            lat = sorted(self.latencies)
+
+            def pct(q: float) -> float | None:
+                return round(lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
+
+            return {"requests": self.ok + self.failed, "ok": self.ok, "failed": self.failed,
+                    "failures_by_class": dict(self.by_class), "first_failures": list(self.first_failures),
+                    "seconds": round(time.time() - self.started, 1),
+                    "latency_s": {"p50": pct(0.5), "p95": pct(0.95), "max": lat[-1] if lat else None}}
+
+
+def one_request(url: str, model: str, key: str, prompt: str, max_tokens: int, timeout: float) -> tuple[str | None, str]:
+    """(failure class or None, detail) of one chat completion."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
+                       "max_tokens": max_tokens, "temperature": 0}).encode()
+    req = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", data=body, method="POST",
+                                 headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            answer = json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return "http_%d" % err.code, err.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as err:  # refused, reset, timeout
+        return "connection", str(getattr(err, "reason", err))
+    except ValueError as err:
+        return "bad_json", str(err)
+    choices = (answer or {}).get("choices") or []
+    if not choices or choices[0].get("message") is None:
+        return "empty_answer", json.dumps(answer)[:300]
+    return None, ""
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--url", required=True, help="base URL of the OpenAI-compatible API (127.0.0.1 in the lab)")
+    parser.add_argument("--model", required=True, help="the route (model) name")
+    parser.add_argument("--key-file", required=True, type=Path, help="file holding the inference API key")
+    parser.add_argument("--summary", required=True, type=Path, help="JSON summary written here")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--max-seconds", type=float, default=1800.0, help="stop after this long in any case")
+    parser.add_argument("--max-requests", type=int, default=0, help="stop after this many requests (0: no limit)")
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--prompt-words", type=int, default=0,
+                        help="pad each prompt with this many words of context (long prompts queue up in vLLM)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds one request may take")
+    parser.add_argument("--pause", type=float, default=0.2, help="seconds between two requests of one thread")
+    parser.add_argument("--report-every", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    if args.concurrency < 1:
+        parser.error("--concurrency must be at least 1")
+    try:
+        key = args.key_file.read_text().strip()
+    except OSError as err:
+        parser.error("cannot read the key file %s: %s" % (args.key_file, err))
+    if not key:
+        parser.error("the key file %s is empty" % args.key_file)
+
+    tally = Tally()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    sent = [0]
+    sent_lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        i = n
+        while not stop.is_set():
+            with sent_lock:
+                if args.max_requests and sent[0] >= args.max_requests:
+                    return
+                sent[0] += 1
+            start = time.monotonic()
+            prompt = PROMPTS[i % len(PROMPTS)]
+            if args.prompt_words:
+                # Different context per request, so prefix caching cannot make the long prompts cheap.
+                prompt = " ".join("w%d.%d" % (i, k) for k in range(args.prompt_words)) + "\n\n" + prompt
+            failure, detail = one_request(args.url, args.model, key, prompt, args.max_tokens, args.timeout)
+            tally.record(time.monotonic() - start, failure, detail)
+            i += args.concurrency
+            stop.wait(args.pause)
+
+    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(args.concurrency)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + args.max_seconds
+    while any(t.is_alive() for t in threads) and not stop.is_set() and time.monotonic() < deadline:
+        stop.wait(min(args.report_every, max(0.1, deadline - time.monotonic())))
+        write_summary(args.summary, tally.summary())
+    stop.set()
+    for thread in threads:
+        thread.join(args.timeout + 5)
+    summary = tally.summary()
+    write_summary(args.summary, summary)
+    print("route load: %d requests to %s in %.0f s, %d ok, %d failed%s" % (
+        summary["requests"], args.model, summary["seconds"], summary["ok"], summary["failed"],
+        (" " + json.dumps(summary["failures_by_class"])) if summary["failed"] else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters pairserve.llm.route_wanted and route_drain_plan (documented in their .yml files); the rules are
+module_utils/routes.py's."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.pairserve.llm.plugins.module_utils import routes
+
+
+def route_wanted(replicas_by_host, mode, weights, route_name, split_routes=None):
+    if not isinstance(replicas_by_host, dict):
+        raise AnsibleFilterError("pairserve.llm.route_wanted: expected {host: [replica, ...]}, got %s"
+                                 % type(replicas_by_host).__name__)
+    try:
+        return routes.wanted_routes(mode, replicas_by_host, weights or {}, route_name, split_routes or {})
+    except (KeyError, TypeError, ValueError) as err:
+        raise AnsibleFilterError("pairserve.llm.route_wanted: %s" % err) from err
+
+
+def route_drain_plan(routes_now, mine, new_names, share_when_zero=None):
+    if not isinstance(routes_now, list):
+        raise AnsibleFilterError("pairserve.llm.route_drain_plan: expected the routes as a list")
+    try:
+        return routes.drain_plan(routes_now, list(mine), list(new_names), share_when_zero or {})
+    except (KeyError, TypeError, ValueError) as err:
+        raise AnsibleFilterError("pairserve.llm.route_drain_plan: %s" % err) from err
+
+
+class FilterModule:  # pylint: disable=too-few-public-methods
+    """pairserve.llm route filters."""
+
+    def filters(self):
+        return {"route_wanted": route_wanted, "route_drain_plan": route_drain_plan}

@@ -1,0 +1,272 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Everything that can be checked from the inventory alone, before any host is touched.
+
+The validation play (playbooks/validate.yml) gives `problems()` one view per host: the variables below as the
+host sees them (secrets reduced to "present or not"). It returns every problem at once, each naming the host and
+the variable, so a user fixes the whole inventory in one pass instead of meeting the mistakes one by one after
+GPUStack is already installed. The rules that also live elsewhere are imported from their one owner (vLLM
+profiles: vllm_args; the seed's replica environment: gpustack).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
+from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
+    BUILTIN_PROFILES,
+    SUPPORTED_VERSIONS,
+    VllmArgsError,
+    profile_names,
+    render,
+)
+
+# The variables a view carries (playbooks/validate.yml builds it from this list).
+VIEW_VARS = (
+    "pairserve_lab_mode", "pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image",
+    "pairserve_runner_image_digest", "pairserve_checkpoint_repo", "pairserve_checkpoint_revision",
+    "pairserve_serving_mode", "pairserve_route_name", "pairserve_route_weights", "pairserve_model_name",
+    "pairserve_replica_profile", "pairserve_profiles", "pairserve_replica_env", "pairserve_gpustack_api_port",
+    "pairserve_gpustack_worker_port", "pairserve_gpustack_worker_metrics_port", "pairserve_gpustack_worker_name",
+)
+# Secrets: the view says only whether each is set (never its value).
+SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_password")
+SERVING_MODES = ("pooled", "split")
+EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+REVISION = re.compile(r"^[0-9a-f]{40}$")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+CAPABLE_CHECKPOINT = {"vision": True, "hybrid": True, "mtp": True}
+# GPUStack names: letters, digits and dashes (its model and worker names end up in URLs and container names).
+NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class Problems(list):
+    """The list of problems, each {"host", "variable", "problem"}."""
+
+    def add(self, host, variable, problem):
+        self.append({"host": host, "variable": variable, "problem": problem,
+                     "text": "%s: %s: %s" % (host, variable, problem)})
+
+
+def _true(value):
+    """A boolean as Ansible reads one (`-e pairserve_lab_mode=false` arrives as the string 'false')."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "y", "t")
+    return bool(value)
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_pins(out, host, view, constraints_versions):
+    gs, vllm = view.get("pairserve_gpustack_version"), view.get("pairserve_vllm_version")
+    if not isinstance(gs, str) or not EXACT_VERSION.match(gs):
+        out.add(host, "pairserve_gpustack_version", "%r is not an exact version such as 2.2.3" % (gs,))
+    elif constraints_versions is not None and gs not in constraints_versions:
+        out.add(host, "pairserve_gpustack_version", "%s has no constraints file in the collection (it has: %s)"
+                % (gs, ", ".join(sorted(constraints_versions)) or "none"))
+    if not isinstance(vllm, str) or not EXACT_VERSION.match(vllm):
+        out.add(host, "pairserve_vllm_version", "%r is not an exact version such as 0.25.1" % (vllm,))
+    elif vllm not in SUPPORTED_VERSIONS:
+        out.add(host, "pairserve_vllm_version", "%s: the collection renders vLLM arguments for %s only"
+                % (vllm, ", ".join(SUPPORTED_VERSIONS)))
+    revision = view.get("pairserve_checkpoint_revision")
+    if not isinstance(revision, str) or not REVISION.match(revision):
+        out.add(host, "pairserve_checkpoint_revision", "%r is not a 40-hex commit sha (GPUStack has no revision "
+                "field: a branch name would drift)" % (revision,))
+    repo = view.get("pairserve_checkpoint_repo")
+    if not isinstance(repo, str) or not REPO_ID.match(repo):
+        out.add(host, "pairserve_checkpoint_repo", "%r is not a Hugging Face repository id (org/name)" % (repo,))
+    image, digest = view.get("pairserve_runner_image"), view.get("pairserve_runner_image_digest")
+    if not isinstance(image, str) or not image or any(c.isspace() for c in image):
+        out.add(host, "pairserve_runner_image", "%r is not an image reference" % (image,))
+    elif "@" in image:
+        out.add(host, "pairserve_runner_image", "%s carries a digest: put it in pairserve_runner_image_digest" % image)
+    elif isinstance(vllm, str) and vllm and not image.startswith("localhost/") and vllm not in image:
+        # gpustack/runner tags name the vLLM they carry (cuda12.9-vllm0.25.1); a mirror keeps the tag.
+        out.add(host, "pairserve_runner_image", "%s does not name the pinned vLLM %s: its replicas would run "
+                "another vLLM than the arguments are rendered for" % (image, vllm))
+    if not (isinstance(digest, str) and DIGEST.match(digest)):
+        lab_local = _true(view.get("pairserve_lab_mode")) and isinstance(image, str) and image.startswith("localhost/")
+        if not lab_local:
+            out.add(host, "pairserve_runner_image_digest", "%r is not sha256:<64 hex>: a tag can be re-pushed"
+                    % (digest,))
+
+
+def _check_ports(out, host, view):
+    seen = {}
+    for var in ("pairserve_gpustack_api_port", "pairserve_gpustack_worker_port",
+                "pairserve_gpustack_worker_metrics_port"):
+        port = view.get(var)
+        if port is None:
+            continue
+        if not _is_int(port) or not 1 <= port <= 65535:
+            out.add(host, var, "%r is not a TCP port (1-65535)" % (port,))
+        elif port in seen:
+            out.add(host, var, "%d is also %s on this host" % (port, seen[port]))
+        else:
+            seen[port] = var
+
+
+def _check_profile(out, host, view, name):
+    user_profiles = view.get("pairserve_profiles") or {}
+    if not isinstance(user_profiles, dict):
+        out.add(host, "pairserve_profiles", "expected a dict of profile name -> settings, got %s"
+                % type(user_profiles).__name__)
+        user_profiles = {}
+    if not isinstance(name, str) or not name:
+        out.add(host, "pairserve_replica_profile", "%r is not a profile name" % (name,))
+        return
+    if name not in profile_names(user_profiles):
+        out.add(host, "pairserve_replica_profile", "%r is neither a built-in profile (%s) nor defined in "
+                "pairserve_profiles; it would have been rendered as another profile"
+                % (name, ", ".join(BUILTIN_PROFILES)))
+        return
+    profile = dict(user_profiles.get(name) or {}, name=name)
+    try:
+        # The checkpoint is not downloaded yet: render against one that has whatever the profile asks for, so that
+        # only the profile's own mistakes show here; the replica role checks it against the real checkpoint.
+        render(profile, view.get("pairserve_vllm_version") or "0.25.1", checkpoint=CAPABLE_CHECKPOINT)
+    except VllmArgsError as exc:
+        out.add(host, "pairserve_profiles" if name in user_profiles else "pairserve_replica_profile", str(exc))
+
+
+def _check_env(out, host, view):
+    env = view.get("pairserve_replica_env") or {}
+    if not isinstance(env, dict):
+        out.add(host, "pairserve_replica_env", "expected a dict of environment variables, got %s"
+                % type(env).__name__)
+        return
+    for conflict in seed_env_conflicts(env):
+        out.add(host, "pairserve_replica_env", conflict)
+
+
+def problems(views, groups, constraints_versions=None):
+    """Every problem of the inventory: views {host: {var: value}}, groups {name: [hosts]}."""
+    out = Problems()
+    servers = list(groups.get("gpustack_server") or [])
+    nodes = list(groups.get("gpu_nodes") or [])
+    if len(servers) != 1:
+        out.add("all", "groups.gpustack_server", "needs exactly one host (has %d: %s)"
+                % (len(servers), ", ".join(servers) or "none"))
+    if not nodes:
+        out.add("all", "groups.gpu_nodes", "needs at least one GPU node")
+    for host in sorted(set(servers) | set(nodes)):
+        view = views.get(host) or {}
+        _check_pins(out, host, view, constraints_versions)
+        _check_ports(out, host, view)
+    for host in servers:
+        view = views.get(host) or {}
+        for var in SECRET_VARS:
+            if not view.get(var + "_set"):
+                out.add(host, var, "is not set (put it in your vault)")
+        mode = view.get("pairserve_serving_mode")
+        if mode not in SERVING_MODES:
+            out.add(host, "pairserve_serving_mode", "%r is not one of %s" % (mode, ", ".join(SERVING_MODES)))
+    # The pins must be the same on every node: one service, one GPUStack, one vLLM.
+    for var in ("pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_checkpoint_revision"):
+        values = dict((h, (views.get(h) or {}).get(var)) for h in sorted(set(servers) | set(nodes)))
+        if len(set(map(str, values.values()))) > 1:
+            out.add("all", var, "differs between hosts (%s); pins live in group_vars/all"
+                    % ", ".join("%s: %s" % item for item in values.items()))
+    replica_names, worker_names, profiles = {}, {}, {}
+    for host in nodes:
+        view = views.get(host) or {}
+        name = view.get("pairserve_replica_profile")
+        _check_profile(out, host, view, name)
+        _check_env(out, host, view)
+        profiles[host] = name
+        base = "%s-%s" % (view.get("pairserve_model_name"), host)
+        if not NAME.match(base):
+            out.add(host, "pairserve_model_name", "replica name %r: use lower-case letters, digits and dashes"
+                    % base)
+        if base in replica_names:
+            out.add(host, "pairserve_model_name", "replica name %s is also %s's" % (base, replica_names[base]))
+        replica_names[base] = host
+        worker = view.get("pairserve_gpustack_worker_name") or host
+        if worker in worker_names:
+            out.add(host, "pairserve_gpustack_worker_name", "worker name %s is also %s's" % (worker, worker_names[worker]))
+        worker_names[worker] = host
+    if servers:
+        _check_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles)
+    return sorted(out, key=lambda p: (p["host"] != "all", p["host"], p["variable"]))
+
+
+def _check_routes(out, server, view, nodes, profiles):
+    mode = view.get("pairserve_serving_mode")
+    route = view.get("pairserve_route_name")
+    if not isinstance(route, str) or not NAME.match(route):
+        out.add(server, "pairserve_route_name", "%r: use lower-case letters, digits and dashes" % (route,))
+    if mode == "pooled":
+        if len(set(map(str, profiles.values()))) > 1:
+            out.add(server, "pairserve_serving_mode", "pooled puts every replica behind one route, but the nodes "
+                    "run different profiles (%s): use split, or one profile"
+                    % ", ".join("%s: %s" % item for item in sorted(profiles.items())))
+        weights = view.get("pairserve_route_weights")
+        if not isinstance(weights, dict) or not weights:
+            out.add(server, "pairserve_route_weights", "expected {host: weight} for the pooled route, got %r"
+                    % (weights,))
+            return
+        for host, weight in sorted(weights.items()):
+            if host not in nodes:
+                out.add(server, "pairserve_route_weights", "%s is not a host of gpu_nodes (%s)"
+                        % (host, ", ".join(nodes)))
+            if not _is_int(weight) or weight < 0:
+                out.add(server, "pairserve_route_weights", "%s: %r is not a whole number >= 0" % (host, weight))
+        missing = [h for h in nodes if h not in weights]
+        if missing:
+            out.add(server, "pairserve_route_weights", "has no weight for %s" % ", ".join(missing))
+        if not [w for w in weights.values() if _is_int(w) and w > 0]:
+            out.add(server, "pairserve_route_weights", "no weight above 0: the route would send nothing")
+    elif mode == "split" and len(set(map(str, profiles.values()))) < 2 and len(nodes) > 1:
+        out.add(server, "pairserve_serving_mode", "split gives each profile its own route, but every node runs "
+                "%s: give the nodes different profiles, or use pooled" % next(iter(profiles.values())))
+
+
+def gpu_conflicts(pairs_by_host, others=None):
+    """Every GPU that two replicas would share, once the nodes' pairs are known.
+
+    pairs_by_host: {host: its pairs as gpu_pairs reports them (index, uuids)}; a host whose pairs are not known
+    (None) is left out. others: {GPUStack worker name: [GPU uuid, ...]} for workers whose pairs were not detected
+    in this run (a rebuild of one node compares it with the GPUs GPUStack shows for the others). One problem per
+    two holders that share GPUs, on the first host (by name) that holds them; empty when every GPU has one holder.
+    """
+    holders = {}  # uuid -> [(owner, where, is a GPUStack worker)]
+    for host in sorted(pairs_by_host or {}):
+        for pair in pairs_by_host[host] or []:
+            for uuid in pair.get("uuids") or []:
+                holders.setdefault(uuid, []).append((host, "pair %s" % pair.get("index"), False))
+    for worker in sorted(others or {}):
+        for uuid in others[worker] or []:
+            if uuid:  # GPUStack leaves uuid empty for GPUs declared by hand
+                holders.setdefault(uuid, []).append((worker, "GPUStack worker %s" % worker, True))
+    shared = {}  # (first holder, second holder) -> ["uuid (where, where)", ...]
+    for uuid in sorted(holders):
+        entries = holders[uuid]
+        for i, first in enumerate(entries):
+            for second in entries[i + 1:]:
+                if first[2] and second[2]:
+                    continue  # two other workers: GPUStack's own state, no host of this run holds the GPU
+                key = (first, second) if first[2] <= second[2] else (second, first)
+                shared.setdefault(key, []).append(uuid)
+    out = Problems()
+    for (first, second), uuids in sorted(shared.items()):
+        if first[0] == second[0] and not second[2]:
+            where = "both %s and %s of this host" % (first[1], second[1])
+        elif second[2]:
+            where = "its %s and a GPU of %s" % (first[1], second[1])
+        else:
+            where = "its %s and %s's %s" % (first[1], second[0], second[1])
+        if second[2]:
+            cause = ("GPUStack sees the same card on that worker: the two names reach one machine, or GPUStack "
+                     "still holds a worker record of this machine under another name (delete it in GPUStack)")
+        else:
+            cause = ("two inventory hosts reach the same machine (check their ansible_host) or replay the same "
+                     "recording (pairserve_nvml_replay); if they really are two machines, leave the GPU out on one "
+                     "of them with pairserve_gpu_exclude")
+        out.add(first[0], "pairserve_gpu", "%s %s in %s: a GPU serves one replica only; %s"
+                % (", ".join(uuids), "is" if len(uuids) == 1 else "are", where, cause))
+    return sorted(out, key=lambda p: (p["host"], p["problem"]))

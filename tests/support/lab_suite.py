@@ -1,0 +1,35 @@
+"""What the lab's test suites (molecule/*/tests) read from the runs scripts/lab.sh made: play logs, exit status
+files and the request loop's summaries. The lab itself (its API, keys and containers) is lab/api.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from support.recap import parse_recap
+
+
+def recap(log: Path) -> dict:
+    """{host: {ok, changed, failed, ...}} from a play log's PLAY RECAP (support.recap.parse_recap)."""
+    parsed = parse_recap(log.read_text())
+    assert parsed is not None, f"{log} has no PLAY RECAP: the play did not finish"
+    return parsed
+
+
+def rc(path: Path) -> int:
+    return int(path.read_text().strip())
+
+
+def load_summary(scenario_dir: Path) -> dict:
+    return json.loads((scenario_dir / "load.json").read_text())
+
+
+def skip_unless_all_steps(scenario_dir: Path, what: str) -> None:
+    """Skip a check whose step `scripts/lab.sh test` leaves out (PAIRSERVE_LAB_DAY2_STEPS=core), saying so; the
+    scenario writes which steps it ran to <dir>/steps. A missing file is a scenario that did not run: fail."""
+    steps = (scenario_dir / "steps").read_text().strip()
+    if steps != "all":
+        pytest.skip(f"{what}: not run by this lab run (PAIRSERVE_LAB_DAY2_STEPS={steps}, the default of "
+                    "`scripts/lab.sh test`; `scripts/lab.sh upgrade|swap` and `make molecule` run it)")

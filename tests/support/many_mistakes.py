@@ -1,0 +1,21 @@
+"""The inventory with many mistakes at once (tests/fixtures/inventories/many-mistakes) and the (host, variable) of
+every mistake planted in it (its comments say which): the unit suite runs site.yml over it with no node at all,
+the lab suite layers it over the running lab (molecule/default/tests/test_validation_refused.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MISTAKES = Path(__file__).resolve().parents[1] / "fixtures" / "inventories" / "many-mistakes"
+EXPECTED = frozenset({
+    ("node-a", "pairserve_gpustack_version"), ("node-a", "pairserve_vllm_version"),
+    ("node-a", "pairserve_runner_image"), ("node-a", "pairserve_runner_image_digest"),
+    ("node-a", "pairserve_checkpoint_repo"), ("node-a", "pairserve_checkpoint_revision"),
+    ("node-a", "pairserve_gpustack_admin_password"), ("node-a", "pairserve_gpustack_db_password"),
+    ("node-a", "pairserve_serving_mode"), ("node-a", "pairserve_route_name"), ("node-a", "pairserve_route_weights"),
+    ("node-a", "pairserve_replica_env"), ("node-a", "pairserve_gpustack_worker_port"),
+    ("node-b", "pairserve_replica_profile"), ("node-b", "pairserve_gpustack_worker_metrics_port"),
+    ("node-b", "pairserve_model_name"), ("node-c", "pairserve_profiles"), ("node-c", "pairserve_gpustack_worker_name"),
+})
+# What reports each one as a line of the validation play's message: "<host>: <variable>: <what is wrong>".
+PROBLEM_RE = r"(node-[abc]): (pairserve_[a-z_]+):"

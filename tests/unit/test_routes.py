@@ -1,0 +1,110 @@
+"""Route weights, drains and restores (module_utils/routes.py), the one owner of these rules, and its filters
+run through Ansible as the route role and the maintenance plays call them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+
+from ansible_collections.pairserve.llm.plugins.module_utils import routes  # noqa: E402
+from lab.ansible_runner import run_playbook  # noqa: E402
+
+SEED = {"node-a": [{"name": "qwen-node-a", "profile": "text"}], "node-b": [{"name": "qwen-node-b", "profile": "text"}]}
+
+
+def test_the_seeds_figures_give_58_42():
+    assert routes.proportional({"a": 244.0, "b": 177.0}) == {"a": 58, "b": 42}
+
+
+@pytest.mark.parametrize("figures", [{"a": 1, "b": 1, "c": 1}, {"a": 1000, "b": 1}, {"a": 0.001, "b": 5, "c": 0}])
+def test_proportional_sums_to_the_total_and_keeps_every_positive_figure(figures):
+    got = routes.proportional(figures)
+    assert sum(got.values()) == 100
+    assert all(got[n] >= 1 for n, v in figures.items() if v > 0)
+    assert all(got[n] == 0 for n, v in figures.items() if v == 0)
+
+
+def test_proportional_refuses_nothing_to_share():
+    with pytest.raises(ValueError, match="every value is zero"):
+        routes.proportional({"a": 0, "b": None})
+
+
+def test_a_share_splits_in_equal_parts_that_sum_to_it():
+    assert routes.split_share(58, ["x"]) == {"x": 58}
+    assert routes.split_share(42, ["x", "y"]) == {"x": 21, "y": 21}
+    assert sum(routes.split_share(43, ["x", "y"]).values()) == 43
+    assert routes.split_share(0, ["x", "y"]) == {"x": 0, "y": 0}
+    assert routes.split_share(10, []) == {}
+
+
+def test_pooled_routes_weigh_each_host_and_default_to_50():
+    two_on_b = {**SEED, "node-b": [{"name": "b1", "profile": "text"}, {"name": "b2", "profile": "text"}]}
+    assert routes.wanted_routes("pooled", SEED, {"node-a": 58, "node-b": 42}, "qwen") == [
+        {"name": "qwen", "targets": [{"model": "qwen-node-a", "weight": 58}, {"model": "qwen-node-b", "weight": 42}]}]
+    assert routes.wanted_routes("pooled", two_on_b, {"node-a": 58}, "qwen")[0]["targets"] == [
+        {"model": "qwen-node-a", "weight": 58}, {"model": "b1", "weight": 25}, {"model": "b2", "weight": 25}]
+
+
+def test_split_routes_one_per_profile_named_or_prefixed():
+    mixed = {"node-a": [{"name": "a", "profile": "multimodal"}], "node-b": [{"name": "b", "profile": "text"}]}
+    got = routes.wanted_routes("split", mixed, {}, "qwen", {"text": "qwen-fast"})
+    assert got == [{"name": "qwen-multimodal", "targets": [{"model": "a", "weight": 100}]},
+                   {"name": "qwen-fast", "targets": [{"model": "b", "weight": 100}]}]
+    with pytest.raises(ValueError, match="neither pooled nor split"):
+        routes.wanted_routes("both", mixed, {}, "qwen")
+
+
+def route(*targets):
+    return {"name": "qwen", "targets": [dict(model=m, weight=w, fallback_status_codes=f) for m, w, f in targets]}
+
+
+def test_one_replica_is_drained_as_the_fallback_and_restored_with_its_share():
+    plan = routes.drain_plan([route(("qwen-node-a", 58, None), ("qwen-node-b", 42, None))],
+                             ["qwen-node-b"], ["qwen-node-b"], {"qwen": 42})
+    assert plan == [{"name": "qwen", "drain": [{"model": "qwen-node-a", "weight": 58}],
+                     "restore": [{"model": "qwen-node-a", "weight": 58}, {"model": "qwen-node-b", "weight": 42}],
+                     "drainable": True, "fallback": None,
+                     "drain_fallback": {"model": "qwen-node-b", "status_codes": ["5xx"]}}]
+
+
+def test_two_replicas_or_a_users_fallback_drain_by_weight_0():
+    two = routes.drain_plan([route(("a", 58, None), ("b1", 21, None), ("b2", 21, None))], ["b1", "b2"], ["b3"], {})
+    assert two[0]["drain"] == [{"model": "a", "weight": 58}, {"model": "b1", "weight": 0}, {"model": "b2", "weight": 0}]
+    assert two[0]["restore"] == [{"model": "a", "weight": 58}, {"model": "b3", "weight": 42}]
+    assert two[0]["drain_fallback"] is None
+    users = routes.drain_plan([route(("a", 58, None), ("b", 42, None), ("spare", 0, ["5xx"]))], ["b"], ["b"], {})
+    assert users[0]["fallback"] == {"model": "spare", "status_codes": ["5xx"]} == users[0]["drain_fallback"]
+    assert {"model": "b", "weight": 0} in users[0]["drain"]
+
+
+def test_a_route_left_drained_gets_the_inventory_share_back():
+    left = routes.drain_plan([route(("a", 58, None), ("b", 0, ["5xx"]))], ["b"], ["b"], {"qwen": 42})
+    assert left[0]["restore"] == [{"model": "a", "weight": 58}, {"model": "b", "weight": 42}]
+    assert left[0]["fallback"] is None  # b's own fallback was the earlier drain, not the user's
+    split = routes.drain_plan([{"name": "qwen-text", "targets": [{"model": "b", "weight": 0}]}], ["b"], ["b"], {})
+    assert split[0]["restore"] == [{"model": "b", "weight": 100}] and split[0]["drainable"] is False
+
+
+def test_the_filters_run_in_a_play(tmp_path):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Route filters", "hosts": "localhost", "gather_facts": False, "connection": "local",
+        "vars": {"by_host": SEED, "now": [route(("qwen-node-a", 58, None), ("qwen-node-b", 42, None))]},
+        "tasks": [
+            {"name": "Wanted", "ansible.builtin.set_fact": {
+                "wanted": "{{ by_host | pairserve.llm.route_wanted('pooled', {'node-a': 58, 'node-b': 42}, 'qwen') }}"}},
+            {"name": "Plan", "ansible.builtin.set_fact": {
+                "plan": "{{ now | pairserve.llm.route_drain_plan(['qwen-node-b'], ['qwen-node-b'], {'qwen': 42}) }}"}},
+            {"name": "Refused", "ansible.builtin.set_fact": {
+                "bad": "{{ by_host | pairserve.llm.route_wanted('both', {}, 'qwen') }}"}, "ignore_errors": True},
+        ]}]))
+    res = run_playbook(playbook, timeout=300)
+    facts = {r["_task"]: r for r in res.results}
+    assert facts["Wanted"]["ansible_facts"]["wanted"][0]["targets"][1] == {"model": "qwen-node-b", "weight": 42}
+    assert facts["Plan"]["ansible_facts"]["plan"][0]["drain_fallback"]["model"] == "qwen-node-b"
+    assert facts["Refused"]["_status"] == "failed" and "neither pooled nor split" in facts["Refused"]["msg"]

@@ -1,0 +1,256 @@
+"""The validation play: one site.yml run over an inventory with many mistakes lists every one, with its host and
+variable, and nothing else runs; plus the rules of inventory_check on their own."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from lab.ansible_runner import REPO
+
+from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import problems  # noqa: E402
+from support.many_mistakes import EXPECTED, MISTAKES, PROBLEM_RE
+
+
+def test_site_yml_lists_every_mistake_and_changes_nothing():
+    run = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(MISTAKES / "hosts.yml"),
+                          str(REPO / "site.yml")], cwd=REPO, capture_output=True, text=True, check=False,
+                         env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1"),
+                         timeout=300)
+    out = re.sub(r"\s+", " ", run.stdout)
+    assert run.returncode != 0, run.stdout[-3000:]
+    found = set(re.findall(PROBLEM_RE, out))
+    assert EXPECTED <= found, "not reported: %s\n%s" % (sorted(EXPECTED - found), run.stdout[-4000:])
+    assert len(EXPECTED) >= 15
+    route = re.search(r"node-a: pairserve_route_weights: node-x is not a host", out)
+    assert route and "has no weight for node-c" in out and "node-b: -1 is not a whole number" in out
+    # Stopped in the validation play: no host was contacted, nothing else ran.
+    assert "UNREACHABLE" not in run.stdout and "Preflight every node" not in run.stdout, run.stdout[-3000:]
+    assert re.search(r"node-a\s*: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", run.stdout), run.stdout[-1500:]
+    assert "vault" in out and "FASTEST_FIRST" in out
+
+
+GOOD_VIEW = {
+    "pairserve_lab_mode": False, "pairserve_gpustack_version": "2.2.3", "pairserve_vllm_version": "0.25.1",
+    "pairserve_runner_image": "docker.io/gpustack/runner:cuda12.9-vllm0.25.1",
+    "pairserve_runner_image_digest": "sha256:" + "0" * 64, "pairserve_checkpoint_repo": "org/model",
+    "pairserve_checkpoint_revision": "a" * 40, "pairserve_serving_mode": "pooled", "pairserve_route_name": "qwen",
+    "pairserve_route_weights": {"node-a": 58, "node-b": 42}, "pairserve_model_name": "qwen",
+    "pairserve_replica_profile": "multimodal", "pairserve_profiles": {}, "pairserve_replica_env": {},
+    "pairserve_gpustack_api_port": 30080, "pairserve_gpustack_worker_port": 10150,
+    "pairserve_gpustack_worker_metrics_port": 10151, "pairserve_gpustack_worker_name": None,
+    "pairserve_gpustack_admin_password_set": True, "pairserve_gpustack_db_password_set": True,
+}
+GROUPS = {"gpustack_server": ["node-a"], "gpu_nodes": ["node-a", "node-b"]}
+
+
+def check(**changes):
+    views = {h: copy.deepcopy(GOOD_VIEW) for h in ("node-a", "node-b")}
+    for key, value in changes.items():
+        host, var = key.split("__")
+        views[host.replace("_", "-")][var] = value
+    return [(p["host"], p["variable"]) for p in problems(views, GROUPS, ["2.2.3", "2.3.0"])]
+
+
+def test_the_seed_inventory_has_no_problem():
+    assert check() == []
+
+
+@pytest.mark.parametrize("changes,expected", [
+    ({"node_b__pairserve_vllm_version": "0.27.1"}, ("all", "pairserve_vllm_version")),
+    ({"node_b__pairserve_replica_profile": "text"}, ("node-a", "pairserve_serving_mode")),
+    ({"node_a__pairserve_serving_mode": "split"}, ("node-a", "pairserve_serving_mode")),
+    ({"node_a__pairserve_serving_mode": "splt"}, ("node-a", "pairserve_serving_mode")),
+    ({"node_a__pairserve_route_weights": {"node-a": 0, "node-b": 0}}, ("node-a", "pairserve_route_weights")),
+    ({"node_a__pairserve_route_weights": {"node-a": 58, "node-b": 4.2}}, ("node-a", "pairserve_route_weights")),
+    ({"node_b__pairserve_replica_env": {"PYTORCH_ALLOC_CONF": "garbage"}}, ("node-b", "pairserve_replica_env")),
+    ({"node_b__pairserve_gpustack_worker_name": "node-a"}, ("node-b", "pairserve_gpustack_worker_name")),
+    ({"node_b__pairserve_profiles": {"agents": {"max_model_len": 90000}}}, None),
+    ({"node_b__pairserve_profiles": {"agents": {"pipeline_parallel_size": 2}},
+      "node_b__pairserve_replica_profile": "agents", "node_a__pairserve_serving_mode": "split"},
+     ("node-b", "pairserve_profiles")),
+    # Defined with no settings and no base: the same refusal as the replica role's, on the variable to fix.
+    ({"node_b__pairserve_profiles": {"agents": {}}, "node_b__pairserve_replica_profile": "agents",
+      "node_a__pairserve_serving_mode": "split"}, ("node-b", "pairserve_profiles")),
+    ({"node_a__pairserve_runner_image": "docker.io/gpustack/runner:cuda12.9-vllm0.25.1@sha256:" + "0" * 64},
+     ("node-a", "pairserve_runner_image")),
+    ({"node_a__pairserve_gpustack_admin_password_set": False}, ("node-a", "pairserve_gpustack_admin_password")),
+])
+def test_each_rule(changes, expected):
+    found = check(**changes)
+    if expected is None:
+        assert found == []
+    else:
+        assert expected in found, found
+
+
+def test_lab_images_need_no_digest_in_lab_mode_only():
+    lab = {"node_a__pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.25.1",
+           "node_a__pairserve_runner_image_digest": ""}
+    assert ("node-a", "pairserve_runner_image_digest") in check(**lab)
+    assert check(node_a__pairserve_lab_mode=True, **lab) == []
+
+
+def test_lab_mode_given_as_a_string_on_the_command_line():
+    lab = {"node_a__pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.25.1",
+           "node_a__pairserve_runner_image_digest": ""}
+    assert ("node-a", "pairserve_runner_image_digest") in check(node_a__pairserve_lab_mode="false", **lab)
+    assert check(node_a__pairserve_lab_mode="true", **lab) == []
+
+
+# The roles that change a host; every play of control_plane.yml before the first one that runs them only checks.
+INSTALL_ROLES = {"pairserve.llm.gpustack_install", "pairserve.llm.gpustack_server", "pairserve.llm.gpustack_worker"}
+
+
+def _roles_of(tasks):
+    for task in tasks or []:
+        for key in ("ansible.builtin.import_role", "ansible.builtin.include_role", "import_role", "include_role"):
+            if key in task:
+                yield task[key]["name"]
+        for key in ("block", "rescue", "always"):
+            yield from _roles_of(task.get(key))
+
+
+def _play_roles(play):
+    roles = set(r if isinstance(r, str) else r.get("role") or r.get("name") for r in play.get("roles") or [])
+    for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+        roles |= set(_roles_of(play.get(key)))
+    return roles
+
+
+def test_the_check_plays_of_control_plane_stop_every_host_on_one_failure():
+    plays = yaml.safe_load((REPO / "playbooks" / "control_plane.yml").read_text())
+    first_install = next(i for i, play in enumerate(plays) if INSTALL_ROLES & _play_roles(play))
+    checks = plays[:first_install]
+    # The checks the issue names must be among them (so a reordering that moves one after the install fails here).
+    check_roles = set(r for play in checks for r in _play_roles(play))
+    assert {"pairserve.llm.preflight", "pairserve.llm.checkpoint"} <= check_roles, check_roles
+    assert any("pairserve.llm.gpu_pairs" in task for play in checks for task in play["tasks"])
+    lax = [play["name"] for play in checks if play.get("any_errors_fatal") is not True]
+    assert not lax, "these plays run before %r without any_errors_fatal: true: %s" % (plays[first_install]["name"], lax)
+
+
+# -- one GPU in at most one replica across hosts ---------------------------------------------------------------------
+
+from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import gpu_conflicts  # noqa: E402
+from lab.ansible_runner import run_playbook  # noqa: E402
+
+
+def _pairs(*groups):
+    return [{"index": i, "uuids": list(g)} for i, g in enumerate(groups)]
+
+
+def test_distinct_gpus_have_no_conflict():
+    assert gpu_conflicts({"node-a": _pairs(["GPU-a1", "GPU-a2"]), "node-b": _pairs(["GPU-b1", "GPU-b2"]),
+                          "node-c": None}) == []
+    # A worker's GPUs that GPUStack declares without a UUID never match.
+    assert gpu_conflicts({"node-b": _pairs(["GPU-b1", "GPU-b2"])}, {"node-a": ["", ""]}) == []
+
+
+def test_a_gpu_in_two_hosts_pairs_names_both_hosts_and_pairs():
+    found = gpu_conflicts({"node-b": _pairs(["GPU-x1", "GPU-x2"]),
+                           "node-a": _pairs(["GPU-a1", "GPU-a2"], ["GPU-x1", "GPU-x2"])})
+    assert len(found) == 1, found
+    assert (found[0]["host"], found[0]["variable"]) == ("node-a", "pairserve_gpu")
+    assert "GPU-x1, GPU-x2 are in its pair 1 and node-b's pair 0" in found[0]["problem"], found[0]["problem"]
+    assert "ansible_host" in found[0]["problem"] and "pairserve_gpu_exclude" in found[0]["problem"]
+    assert found[0]["text"].startswith("node-a: pairserve_gpu: GPU-x1, GPU-x2 are in")
+
+
+def test_three_holders_give_one_problem_per_two_of_them():
+    same = _pairs(["GPU-s1", "GPU-s2"])
+    found = gpu_conflicts({"node-a": same, "node-b": same, "node-c": same})
+    assert sorted((p["host"], p["problem"].split("'s")[0].rsplit(" ", 1)[1]) for p in found) == [
+        ("node-a", "node-b"), ("node-a", "node-c"), ("node-b", "node-c")]
+
+
+def test_a_gpu_of_another_gpustack_worker_is_named_with_that_worker():
+    found = gpu_conflicts({"node-b": _pairs(["GPU-a1", "GPU-b2"])},
+                          {"node-a": ["GPU-a1", "GPU-a2"], "node-c": ["GPU-a1"]})
+    assert [(p["host"], "GPUStack worker node-a" in p["problem"], "GPUStack worker node-c" in p["problem"])
+            for p in found] == [("node-b", True, False), ("node-b", False, True)], found
+    assert "GPU-a1 is in its pair 0 and a GPU of GPUStack worker node-a" in found[0]["problem"]
+    assert "worker record of this machine under another name" in found[0]["problem"]
+
+
+TASKS = REPO / "playbooks" / "tasks" / "gpu_conflicts.yml"
+
+
+def _conflict_run(tmp_path, node_vars, extra=None):
+    inventory = {"all": {"children": {"gpu_nodes": {"hosts": node_vars}},
+                         "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}
+    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{
+        "name": "GPU conflicts", "hosts": "gpu_nodes", "gather_facts": False,
+        "tasks": [{"name": "Check", "ansible.builtin.include_tasks": str(TASKS), "vars": extra or {}},
+                  {"name": "Reached", "ansible.builtin.debug": {"msg": "after the check"}}]}]))
+    return run_playbook(tmp_path / "play.yml", inventory=tmp_path / "hosts.yml", timeout=300)
+
+
+def test_the_play_check_stops_on_a_gpu_of_two_hosts_and_passes_distinct_ones(tmp_path):
+    same = {"pairserve_gpu": {"pairs": _pairs(["GPU-s1", "GPU-s2"])}}
+    res = _conflict_run(tmp_path, {"node-a": same, "node-b": same,
+                                   "node-c": {"pairserve_gpu": {"pairs": _pairs(["GPU-c1", "GPU-c2"])}}})
+    assert res.rc != 0
+    failed = [r for r in res.results if r["_status"] == "failed"]
+    assert len(failed) == 1 and "1 GPU conflict(s)" in failed[0]["msg"], res.results
+    assert "node-a: pairserve_gpu: GPU-s1, GPU-s2 are in its pair 0 and node-b's pair 0" in failed[0]["msg"]
+    assert not [r for r in res.results if r["_task"] == "Reached"]
+
+    res = _conflict_run(tmp_path, {"node-a": {"pairserve_gpu": {"pairs": _pairs(["GPU-a1", "GPU-a2"])}},
+                                   "node-b": {"pairserve_gpu": {"pairs": _pairs(["GPU-b1", "GPU-b2"])}}})
+    assert res.rc == 0, res.stdout[-3000:]
+    assert len([r for r in res.results if r["_task"] == "Reached"]) == 2
+
+
+def test_the_rebuild_check_counts_only_the_other_ready_workers_gpus(tmp_path):
+    view = {"workers": [{"name": "node-a", "state": "ready"}, {"name": "node-b", "state": "ready"},
+                        {"name": "node-c", "state": "unreachable"}],
+            "gpus": [{"worker_name": "node-a", "uuid": "GPU-a1"}, {"worker_name": "node-b", "uuid": "GPU-b1"},
+                     {"worker_name": "node-c", "uuid": "GPU-b2"}]}
+    node_b = {"node-b": {"pairserve_gpu": {"pairs": _pairs(["GPU-b1", "GPU-b2"])}}}
+    # Its own worker's GPUs and an unreachable worker's stale report do not count.
+    res = _conflict_run(tmp_path, node_b, {"pairserve_gpu_conflicts_gpustack": view,
+                                           "pairserve_gpu_conflicts_worker": "node-b"})
+    assert res.rc == 0, res.stdout[-3000:]
+    view["gpus"][0]["uuid"] = "GPU-b2"  # a ready node-a reports node-b's card
+    res = _conflict_run(tmp_path, node_b, {"pairserve_gpu_conflicts_gpustack": view,
+                                           "pairserve_gpu_conflicts_worker": "node-b"})
+    assert res.rc != 0
+    msg = [r for r in res.results if r["_status"] == "failed"][0]["msg"]
+    assert "node-b: pairserve_gpu: GPU-b2 is in its pair 0 and a GPU of GPUStack worker node-a" in msg, msg
+
+
+def _index(tasks, predicate, what, first=False):
+    found = [i for i, task in enumerate(tasks) if predicate(task)]
+    assert len(found) == 1 or (first and found), "%s: %d matching task(s)" % (what, len(found))
+    return found[0]
+
+
+def _includes(path):
+    return lambda task: any(task.get(k) == path for k in ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks"))
+
+
+def test_the_gpu_conflict_check_runs_after_detection_and_before_any_change():
+    plays = yaml.safe_load((REPO / "playbooks" / "control_plane.yml").read_text())
+    play = next(p for p in plays if any("pairserve.llm.gpu_pairs" in t for t in p["tasks"]))
+    tasks = play["tasks"]
+    check = _index(tasks, _includes("tasks/gpu_conflicts.yml"), "control_plane.yml")
+    assert _index(tasks, lambda t: "pairserve.llm.gpu_pairs" in t, "gpu_pairs") < check
+    assert play.get("any_errors_fatal") is True  # and it is before the install (the test above)
+
+    rebuild = yaml.safe_load((REPO / "playbooks" / "rebuild_node.yml").read_text())[0]["tasks"]
+    check = _index(rebuild, _includes("tasks/gpu_conflicts.yml"), "rebuild_node.yml")
+    assert _index(rebuild, _includes("tasks/day2_detect.yml"), "detect") < check
+    assert _index(rebuild, _includes("tasks/day2_view.yml"), "view", first=True) < check
+    assert rebuild[check]["vars"]["pairserve_gpu_conflicts_gpustack"] == "{{ pairserve_day2_info }}"
+    first_change = _index(rebuild, lambda t: "block" in t, "the rebuild block")
+    assert check < _index(rebuild, lambda t: t["name"].startswith("Render and check the replica"), "render") \
+        < first_change

@@ -1,0 +1,116 @@
+"""The image check's sizing: image tokens per frame from a Qwen-VL processor geometry, and the check itself over a
+scripted chat client that counts image tokens with a processor geometry and truncates like the seed's unpatched
+tokenizer (the suite's CPU vLLM serves no vision model; the served path is proven on real hardware only)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+
+import pytest
+from PIL import Image
+
+from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
+from ansible_collections.pairserve.llm.plugins.module_utils import vl_tokens
+
+QWEN25_VL = {"patch_size": 14, "merge_size": 2, "min_pixels": 3136, "max_pixels": 12845056}
+QWEN3_VL = {"patch_size": 16, "merge_size": 2, "size": {"shortest_edge": 65536, "longest_edge": 16777216}}
+
+
+@pytest.mark.parametrize("config, side, tokens", [
+    (QWEN25_VL, 448, 256),  # 32 x 32 patches of 14 px, merged 2 x 2
+    (QWEN3_VL, 448, 196),   # 28 x 28 patches of 16 px
+    (None, 448, 196),       # the default is the pinned checkpoint's family
+    (QWEN25_VL, 64, 4),     # 64 -> 56: 4 x 4 patches, one merged token per 2 x 2
+    (QWEN3_VL, 64, 64),     # below min_pixels: scaled up to 256 x 256
+    ({"patch_size": 14, "merge_size": 2, "max_pixels": 200704}, 2000, 256),  # capped at max_pixels (448 x 448)
+])
+def test_image_tokens_follow_the_processor_geometry(config, side, tokens):
+    assert vl_tokens.image_tokens(side, side, vl_tokens.geometry(config)) == tokens
+
+
+def test_a_resized_image_keeps_whole_merged_patches_within_the_bounds():
+    geo = vl_tokens.geometry(QWEN25_VL)
+    for height, width in ((480, 640), (1080, 1920), (37, 3000), (4000, 4000)):
+        h, w = vl_tokens.resized(height, width, geo)
+        assert h % 28 == 0 and w % 28 == 0
+        assert geo["min_pixels"] <= h * w <= geo["max_pixels"]
+
+
+def test_geometry_errors_name_the_field():
+    with pytest.raises(vl_tokens.GeometryError, match="merge_size"):
+        vl_tokens.geometry({"merge_size": "2"})
+    with pytest.raises(vl_tokens.GeometryError, match="min_pixels 10 is above max_pixels 5"):
+        vl_tokens.geometry({"min_pixels": 10, "max_pixels": 5})
+
+
+def test_the_default_request_crosses_the_seeds_boundary_for_both_families():
+    for config in (QWEN25_VL, QWEN3_VL):
+        assert 12 * vl_tokens.image_tokens(448, 448, vl_tokens.geometry(config)) > vl_tokens.SEED_TRUNCATION
+    assert vl_tokens.frames_below(2048, 448, vl_tokens.geometry(QWEN3_VL)) == 10  # 10 x 198 = 1,980
+
+
+class ScriptedVisionServer:
+    """A chat client whose server counts each image's tokens with a processor geometry (plus the two wrapper
+    tokens of Qwen's chat template), and answers 400 when a request's image tokens pass ``truncate``."""
+
+    def __init__(self, geometry, truncate=None, text_tokens=40):
+        self.geo = vl_tokens.geometry(geometry)
+        self.truncate = truncate
+        self.text_tokens = text_tokens
+        self.requests = []
+
+    def chat(self, payload, timeout=None):
+        parts = payload["messages"][0]["content"]
+        images = [p for p in parts if p.get("type") == "image_url"]
+        tokens = 0
+        for part in images:
+            data = base64.b64decode(part["image_url"]["url"].split(",", 1)[1])
+            with Image.open(io.BytesIO(data)) as img:
+                tokens += vl_tokens.image_tokens(img.height, img.width, self.geo) + vl_tokens.WRAPPER_TOKENS
+        self.requests.append({"images": len(images), "image_tokens": tokens})
+        url = "http://replica/v1/chat/completions"
+        if self.truncate is not None and tokens > self.truncate:
+            body = {"error": {"message": "Failed to apply Qwen2_5_VLProcessor on data={'text': ...}",
+                              "type": "BadRequestError", "code": 400}}
+            return probe.Response(url, 400, body, str(body), 0.1)
+        body = {"choices": [{"message": {"content": "A yard at dusk."}}],
+                "usage": {"prompt_tokens": self.text_tokens + tokens, "completion_tokens": 5}}
+        return probe.Response(url, 200, body, str(body), 0.1)
+
+
+def test_a_patched_checkpoint_answers_and_the_server_counts_the_image_tokens_sent():
+    server = ScriptedVisionServer(QWEN25_VL)
+    result = probe.check_images(server, "qwen", 12, 448, text_ok=True, geometry=QWEN25_VL)
+    assert result["ok"], result
+    assert result["image_tokens_expected"] == 3072 and result["image_tokens_server"] == 3072 + 12 * 2
+    assert [r["images"] for r in server.requests] == [12, 0], "the request, then its text-only twin"
+    assert "past the 2048-token truncation" in result["message"]
+
+
+def test_an_unpatched_checkpoint_fails_as_the_truncation_and_the_control_request_shows_where():
+    server = ScriptedVisionServer(QWEN25_VL, truncate=2048)
+    result = probe.check_images(server, "qwen", 12, 448, text_ok=True, geometry=QWEN25_VL)
+    assert not result["ok"] and result["class"] == "tokenizer_truncation" and result["permanent"]
+    assert "run tokenizer_patch" in result["message"]
+    # The control request stays below the boundary, wrappers included: 7 frames of 256 + 2 tokens.
+    assert result["control"] == {"images": 7, "image_tokens_expected": 7 * 256, "status": 200, "ok": True}
+    assert "A control request with 7 fresh frames" in result["message"]
+    assert [r["images"] for r in server.requests] == [12, 7]
+
+
+def test_a_control_request_that_fails_too_is_not_called_the_truncation():
+    server = ScriptedVisionServer(QWEN25_VL, truncate=0)
+    result = probe.check_images(server, "qwen", 12, 448, text_ok=False, geometry=QWEN25_VL)
+    assert not result["ok"] and result["control"]["ok"] is False
+    assert "fails whatever the size" in result["message"]
+
+
+def test_a_server_that_shrinks_the_frames_fails_the_check_instead_of_passing_below_the_boundary():
+    # The checkpoint's processor caps frames at 224 x 224 (64 tokens each): 12 frames are 768 image tokens,
+    # below 2,048, so a pass would prove nothing about the truncation.
+    server = ScriptedVisionServer({"patch_size": 14, "merge_size": 2, "min_pixels": 3136, "max_pixels": 50176})
+    result = probe.check_images(server, "qwen", 12, 448, text_ok=True, geometry=QWEN25_VL)
+    assert not result["ok"] and result["class"] == "config"
+    assert re.search(r"counted \d+ image tokens for 12 frames of 448x448, fewer than the 3072", result["message"])
