@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO / ".cache" / "collections"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va  # noqa: E402
+from lab.profile import lab_profile  # noqa: E402
 from lab.vllm_server import vllm_python  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,7 @@ NO_PREFIX = {"name": "text-no-prefix", "base": "text", "enable_prefix_caching": 
 PROFILE_CASES = {
     "multimodal": ("multimodal", SEED_CHECKPOINT),
     "text": ("text", SEED_CHECKPOINT),
-    "lab": ("lab", TINY),
+    "lab": (lab_profile(), TINY),  # the lab inventory owns it
     "multimodal-mtp": (MTP_ARM, SEED_CHECKPOINT),
     "text-no-prefix": (NO_PREFIX, SEED_CHECKPOINT),
 }
