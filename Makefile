@@ -26,9 +26,9 @@ unit: deps ## fast tests: modules through Ansible over recorded NVML, rendering,
 	bash scripts/pytest.sh tests/unit
 
 integration: caches ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU)
-	bash scripts/pytest.sh --durations=15 -m "not day2 and not upgrade" tests/integration
+	bash scripts/pytest.sh --durations=15 -m "not upgrade" tests/integration
 
-integration-day2: caches ## the day-2 plays against GPUStack (out of `make test` until they pass in a clean run)
+integration-day2: caches ## the day-2 plays against GPUStack alone (also part of `make integration`)
 	bash scripts/pytest.sh -m day2 tests/integration/gpustack/test_day2.py
 
 integration-upgrade: caches ## GPUStack 2.2.3 -> 2.3.0 on one database: data, keys, module idempotence (out of `make test`)

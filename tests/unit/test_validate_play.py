@@ -180,7 +180,7 @@ def test_a_gpu_of_another_gpustack_worker_is_named_with_that_worker():
     assert "worker record of this machine under another name" in found[0]["problem"]
 
 
-TASKS = REPO / "playbooks" / "tasks" / "gpu_conflicts.yml"
+TASKS = REPO / "roles" / "preflight" / "tasks" / "gpu_conflicts.yml"
 
 
 def _conflict_run(tmp_path, node_vars, extra=None):
@@ -235,6 +235,12 @@ def _index(tasks, predicate, what, first=False):
 
 
 def _includes(path):
+    """A task that includes the task file ``path`` of the same role, or ``role:entry`` of another role."""
+    if ":" in path:
+        role, entry = path.split(":")
+        return lambda task: any((task.get(k) or {}).get("name") == "pairserve.llm." + role
+                                and task[k].get("tasks_from") == entry
+                                for k in ("ansible.builtin.import_role", "ansible.builtin.include_role"))
     return lambda task: any(task.get(k) == path for k in ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks"))
 
 
@@ -242,15 +248,15 @@ def test_the_gpu_conflict_check_runs_after_detection_and_before_any_change():
     plays = yaml.safe_load((REPO / "playbooks" / "control_plane.yml").read_text())
     play = next(p for p in plays if any("pairserve.llm.gpu_pairs" in t for t in p["tasks"]))
     tasks = play["tasks"]
-    check = _index(tasks, _includes("tasks/gpu_conflicts.yml"), "control_plane.yml")
+    check = _index(tasks, _includes("preflight:gpu_conflicts"), "control_plane.yml")
     assert _index(tasks, lambda t: "pairserve.llm.gpu_pairs" in t, "gpu_pairs") < check
     assert play.get("any_errors_fatal") is True  # and it is before the install (the test above)
 
-    rebuild = yaml.safe_load((REPO / "playbooks" / "rebuild_node.yml").read_text())[0]["tasks"]
-    check = _index(rebuild, _includes("tasks/gpu_conflicts.yml"), "rebuild_node.yml")
-    assert _index(rebuild, _includes("tasks/day2_detect.yml"), "detect") < check
-    assert _index(rebuild, _includes("tasks/day2_view.yml"), "view", first=True) < check
-    assert rebuild[check]["vars"]["pairserve_gpu_conflicts_gpustack"] == "{{ pairserve_day2_info }}"
+    rebuild = yaml.safe_load((REPO / "roles" / "maintenance" / "tasks" / "rebuild.yml").read_text())
+    check = _index(rebuild, _includes("preflight:gpu_conflicts"), "the maintenance role's rebuild")
+    assert _index(rebuild, _includes("detect.yml"), "detect") < check
+    assert _index(rebuild, _includes("view.yml"), "view", first=True) < check
+    assert rebuild[check]["vars"]["pairserve_gpu_conflicts_gpustack"] == "{{ pairserve_maintenance_info }}"
     first_change = _index(rebuild, lambda t: "block" in t, "the rebuild block")
     assert check < _index(rebuild, lambda t: t["name"].startswith("Render and check the replica"), "render") \
         < first_change

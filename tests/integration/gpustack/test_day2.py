@@ -291,13 +291,13 @@ def day2(gpustack_server, tmp_path_factory):
                                "pairserve_nvml_replay": str(node_a_rec),
                                "pairserve_gpustack_worker_data_dir": str(gpustack_server.root / "worker" / "data"),
                                "pairserve_rebuild_state_file": str(state["state_file"]["node-a"]),
-                               "pairserve_day2_metrics_url": f"{metrics.url}/node-a/metrics"},
+                               "pairserve_maintenance_metrics_url": f"{metrics.url}/node-a/metrics"},
                     "node-b": {"pairserve_nvml_replay": str(node_b_rec),
                                "pairserve_gpustack_worker_port": config["worker_port"],
                                "pairserve_gpustack_worker_data_dir": str(wdir / "data"),
                                "pairserve_rebuild_state_file": str(state["state_file"]["node-b"]),
                                "pairserve_rebuild_worker_restart_command": base + ["restart"],
-                               "pairserve_day2_metrics_url": f"{metrics.url}/node-b/metrics"}}},
+                               "pairserve_maintenance_metrics_url": f"{metrics.url}/node-b/metrics"}}},
             },
             "vars": {
                 "ansible_connection": "local",
@@ -317,7 +317,7 @@ def day2(gpustack_server, tmp_path_factory):
                 "pairserve_upgrade_verify": False,
                 # The verify record would go to the GPUStack server host, here this machine's /var/lib/pairserve.
                 "pairserve_verify_record_path": "",
-                "pairserve_day2_drain_poll": 1,
+                "pairserve_maintenance_drain_poll": 1,
             },
         }
     }
