@@ -650,8 +650,10 @@ def test_upgrade_rolls_back_a_replica_that_fails_verification(day2):
     assert res.rc != 0
     msg = " ".join(res["msg"].split())
     assert msg.startswith("Upgrade of node-a failed at") and "Not every replica is running after 4 s" in msg, msg
-    assert ("Rolled back: qwen-node-a (re-registered with 0.25.1 and rolled out again, NOT running after 5 s: "
-            "look at its instance in GPUStack); route weights restored.") in msg, msg
+    # The backend version registered before the upgrade (the pinned vLLM carrying its runner image) comes back.
+    assert a_before["backend_version"].startswith("0.25.1-") and a_before["backend_version"].endswith("-custom")
+    assert (f"Rolled back: qwen-node-a (re-registered with {a_before['backend_version']} and rolled out again, "
+            "NOT running after 5 s: look at its instance in GPUStack); route weights restored.") in msg, msg
     assert recap(res, "node-b") is None
     a_after = model(server, "qwen-node-a")
     assert a_after["local_path"] == a_before["local_path"] == day2["checkpoint"]["path"]
