@@ -29,10 +29,14 @@
 #   scripts/lab.sh arms   on a converged lab: playbooks/bench.yml (check mode, then for real) with one A/B arm,
 #                         node-b's replica with --max-num-seqs 2 booted through GPUStack, measured against the
 #                         baseline and put back, under the request loop (molecule/bench_arms's side effect)
+#   scripts/lab.sh uninstall  on a converged lab: playbooks/uninstall.yml twice (the second changes nothing),
+#                         then each node against the snapshot taken before its first converge: nothing left
+#                         but the kept items (checkpoint cache, GPUStack's database, its dumps)
+#   scripts/lab.sh reinstall  uninstall as above, then site.yml builds the service again on what was kept
 #   scripts/lab.sh test   check mode on the fresh nodes, up, the idempotence proof (a second converge, changed=0,
 #                         check mode, --tags checkpoint), the
 #                         testinfra suite of molecule/default, the day-2 scenarios PAIRSERVE_LAB_SCENARIOS
-#                         names (none by default) with their suites,
+#                         names (none by default) with their suites, the uninstall proof,
 #                         down, and the check that nothing is left
 #                         (what `make test` runs)
 #
@@ -766,6 +770,8 @@ start() {  # everything before the first converge; molecule default's create ste
   phase "GPU stand-ins" gpu_stand_ins
   phase "worker tools" worker_tools "$(pin_of "$lab_pins" pairserve_gpustack_version)"
   phase nodes start_nodes
+  # Before anything is installed: what uninstall.yml is held to (scripts/lab.sh test, "uninstall").
+  [ -e "$state/converge-1.log" ] || snapshot_fresh_nodes
 }
 
 up() {  # the main job: the lab serving through the route, verified; ends by printing the endpoint
@@ -815,7 +821,12 @@ down() {
   local node
   for node in "${nodes[@]}"; do
     podman rm -f -t 10 "pairserve-lab-$node" >/dev/null 2>&1 || true
+    # The node's firewall table lives in the host's ruleset (the nodes share its network): ours, by its name.
+    nft delete table inet "pairserve_${node//-/_}" 2>/dev/null || true
   done
+  # The outsider of molecule/default/tests/test_firewall.py, if a killed run left it.
+  ip link del psl-out-h 2>/dev/null || true
+  ip netns del pairserve-lab-outsider 2>/dev/null || true
   # Replica containers the workers started through the service: gpustack-runtime labels every container
   # of a workload (the replica and its pause container) <prefix>/workload; each lab worker has its own
   # prefix, <node>.runtime.gpustack.ai (inventory/lab/group_vars/all/control_plane.yml).
@@ -838,6 +849,81 @@ workload_containers() {  # ids of the containers gpustack-runtime started, whate
   podman ps -a --format '{{.ID}} {{.Labels}}' 2>/dev/null | awk '/runtime\.gpustack\.ai\/workload:/{print $1}'
 }
 
+# -- uninstall on the lab: what site.yml added is gone again, except what the uninstall keeps -----------
+
+# What a node holds that an install can add or take away: its files (outside the kernel's, runtime and log
+# trees and Ansible's own remote tmp), the lab data directory the host shares with it, users, groups,
+# distribution packages, enabled and running services. One line per item, sorted, so two snapshots diff.
+node_snapshot() {  # node_snapshot <node>
+  local node=$1
+  podman exec "pairserve-lab-$node" sh -c '
+    find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp -o -path /var/tmp \
+      -o -path /var/log -o -path /var/cache -o -path /var/lib/systemd -o -path /root/.ansible \) -prune \
+      -o -print | sed "s/^/path /"
+    cut -d: -f1 /etc/passwd | sed "s/^/user /"
+    cut -d: -f1 /etc/group | sed "s/^/group /"
+    dpkg-query -W -f "package \${Package}\n"
+    systemctl list-unit-files --type=service --state=enabled --no-legend --plain | awk "{print \"enabled \" \$1}"
+    systemctl list-units --type=service --state=running --no-legend --plain | awk "{print \"running \" \$1}"'
+  [ -d "$data_dir/$node" ] && find "$data_dir/$node" | sed 's/^/data /'
+  true
+}
+
+# Kept by the uninstall unless asked (docs/first-install.md, "Uninstall"): the checkpoint cache on each GPU node,
+# GPUStack's database in PostgreSQL (its cluster's files and running service) and the dumps on node A.
+# PostgreSQL itself and the distribution packages the roles installed stay too (the node image holds them).
+uninstall_kept='^(data /var/lib/pairserve-lab/node-[ab]/hf-cache(/.*)?|path /var/lib/postgresql(/.*)?|path /var/backups/pairserve(/.*)?)$'
+
+snapshot_fresh_nodes() {  # before the first converge: what each node holds before the collection touches it
+  local node
+  mkdir -p "$state/snapshots"
+  for node in "${nodes[@]}"; do
+    [ -s "$state/snapshots/$node.fresh" ] || node_snapshot "$node" | sort >"$state/snapshots/$node.fresh"
+  done
+}
+
+uninstall_proof() {  # uninstall.yml on the converged lab, then each node against its fresh snapshot; again: changed=0
+  local node rc=0 added removed kept
+  play "$state/uninstall-1.log" "$state/uninstall-1.rc" playbooks/uninstall.yml -e pairserve_uninstall_confirm=yes
+  play "$state/uninstall-2.log" "$state/uninstall-2.rc" playbooks/uninstall.yml -e pairserve_uninstall_confirm=yes
+  [ "$(cat "$state/uninstall-1.rc")" -eq 0 ] || { tail -n 40 "$state/uninstall-1.log" >&2; rc=1; }
+  [ "$(cat "$state/uninstall-2.rc")" -eq 0 ] && [ "$(recap_changed "$state/uninstall-2.log")" -eq 0 ] ||
+    { echo "lab: uninstall again: rc=$(cat "$state/uninstall-2.rc"), changed=$(recap_changed "$state/uninstall-2.log") (expected 0, 0)" >&2; rc=1; }
+  sed -n '/Kept (removed only when asked)/,/Always kept/p' "$state/uninstall-1.log" | sed 's/^ *"//; s/",\{0,1\}$//'
+  for node in "${nodes[@]}"; do
+    node_snapshot "$node" | sort >"$state/snapshots/$node.uninstalled"
+    added=$(comm -13 "$state/snapshots/$node.fresh" "$state/snapshots/$node.uninstalled" | grep -Ev "$uninstall_kept" || true)
+    removed=$(comm -23 "$state/snapshots/$node.fresh" "$state/snapshots/$node.uninstalled" || true)
+    kept=$(comm -13 "$state/snapshots/$node.fresh" "$state/snapshots/$node.uninstalled" | grep -Ec "$uninstall_kept" || true)
+    echo "  $node: $(grep -c . <<<"$added" || true) items left behind, $(grep -c . <<<"$removed" || true) items of the fresh node gone, $kept kept items (checkpoint cache, database, dumps)"
+    if [ -n "$added$removed" ]; then
+      { [ -z "$added" ] || printf '    left behind: %s\n' "$added"; [ -z "$removed" ] || printf '    gone: %s\n' "$removed"; } | head -n 60 >&2
+      rc=1
+    fi
+  done
+  # On the host: no replica container of the workers, no listener of GPUStack or a replica, no runner image.
+  local found=()
+  mapfile -t found < <(workload_containers | sed 's/^/replica container /')
+  mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
+    grep -E ':(30080|10150|10151|10161|10170|10171|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
+  mapfile -t -O ${#found[@]} found < <(lab_podman images --format '{{.Repository}}@{{.Digest}}' 2>/dev/null |
+    grep -F "$PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu" | sed 's/^/runner image /')
+  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_node_[ab]$' | sed 's/^/firewall /')
+  if [ ${#found[@]} -gt 0 ]; then
+    printf '  left behind on the host: %s\n' "${found[@]}" >&2
+    rc=1
+  fi
+  [ "$rc" -ne 0 ] || echo "  uninstall: nothing left behind but the kept items; the second run changed nothing"
+  return "$rc"
+}
+
+reinstall() {  # on a converged lab: uninstall.yml (held to the fresh snapshots), then site.yml builds it all again
+  phase uninstall uninstall_proof
+  phase "converge after uninstall" converge "$state/converge-reinstall.log"
+  echo "=== lab figures: reinstall"
+  echo "  site.yml after uninstall.yml: ${took["converge after uninstall"]} s (the checkpoint cache and GPUStack's database were kept)"
+}
+
 leftovers() {  # prints what the lab left behind (nothing after a clean `down`); fails if anything
   local found=()
   mapfile -t -O ${#found[@]} found < <(podman ps -a --format 'container {{.Names}}' --filter label=org.pairserve.lab=true 2>/dev/null)
@@ -846,6 +932,8 @@ leftovers() {  # prints what the lab left behind (nothing after a clean `down`);
   for path in "$state" "$run_dir" "$data_dir" "$hub_vars" "$upgrade_pins" "$digest_vars" "$cdi_dir"/pairserve-lab-*.json; do
     [ -e "$path" ] && found+=("path $path")
   done
+  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_node_[ab]$' | sed 's/^/firewall /')
+  mapfile -t -O ${#found[@]} found < <(ip netns list 2>/dev/null | grep -E '^pairserve-lab-' | sed 's/^/network namespace /')
   mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab[.]hub|lab[.]route_load|podman system service .*pairserve-lab|docker-registry serve|ssh: .*\.lab/ssh/cp' | sed 's/^/process /')
   # The lab's listeners: GPUStack API and workers, PostgreSQL on node-a, replica port ranges.
   mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
@@ -888,6 +976,8 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
     phase "$scenario" "${side_effect[$scenario]}" || rc=$?
     python -m pytest -p no:cacheprovider -q --rootdir="molecule/$scenario" "molecule/$scenario/tests" || rc=$?
   done
+  # Last on the running lab: playbooks/uninstall.yml, held to the fresh nodes' snapshots.
+  [ "$rc" -ne 0 ] || phase uninstall uninstall_proof || rc=$?
   local start=$SECONDS
   down
   echo "=== lab: down took $((SECONDS - start)) s"
@@ -905,5 +995,7 @@ case "${1:-up}" in
   weights) day2_weights ;;
   arms) day2_arms ;;
   test) lab_test ;;
-  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|weights|arms|test" >&2; exit 2 ;;
+  uninstall) uninstall_proof ;;
+  reinstall) reinstall ;;
+  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
 esac

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.pairserve.llm.plugins.module_utils import firewall
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
     BUILTIN_PROFILES,
@@ -29,6 +30,8 @@ VIEW_VARS = (
     "pairserve_serving_mode", "pairserve_route_name", "pairserve_route_weights", "pairserve_model_name",
     "pairserve_replica_profile", "pairserve_profiles", "pairserve_replica_env", "pairserve_gpustack_api_port",
     "pairserve_gpustack_worker_port", "pairserve_gpustack_worker_metrics_port", "pairserve_gpustack_worker_name",
+    "pairserve_gpustack_worker_service_port_range", "pairserve_gpustack_worker_ray_port_range",
+    "pairserve_firewall_table", "pairserve_firewall_allowed_sources",
 )
 # Secrets: the view says only whether each is set (never its value).
 SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_password")
@@ -178,6 +181,8 @@ def problems(views, groups, constraints_versions=None):
         name = view.get("pairserve_replica_profile")
         _check_profile(out, host, view, name)
         _check_env(out, host, view)
+        for variable, problem in firewall.problems(view):
+            out.add(host, variable, problem)
         profiles[host] = name
         base = "%s-%s" % (view.get("pairserve_model_name"), host)
         if not NAME.match(base):

@@ -16,6 +16,7 @@ EXPECTED = frozenset({
     ("node-a", "pairserve_replica_env"), ("node-a", "pairserve_gpustack_worker_port"),
     ("node-b", "pairserve_replica_profile"), ("node-b", "pairserve_gpustack_worker_metrics_port"),
     ("node-b", "pairserve_model_name"), ("node-c", "pairserve_profiles"), ("node-c", "pairserve_gpustack_worker_name"),
+    ("node-c", "pairserve_firewall_allowed_sources"), ("node-c", "pairserve_gpustack_worker_service_port_range"),
 })
 # What reports each one as a line of the validation play's message: "<host>: <variable>: <what is wrong>".
 PROBLEM_RE = r"(node-[abc]): (pairserve_[a-z_]+):"
