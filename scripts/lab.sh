@@ -851,28 +851,58 @@ workload_containers() {  # ids of the containers gpustack-runtime started, whate
 
 # -- uninstall on the lab: what site.yml added is gone again, except what the uninstall keeps -----------
 
-# What a node holds that an install can add or take away: its files (outside the kernel's, runtime and log
-# trees and Ansible's own remote tmp), the lab data directory the host shares with it, users, groups,
-# distribution packages, enabled and running services. One line per item, sorted, so two snapshots diff.
+# What a node holds that an install can add or take away, one line per item, sorted so two snapshots diff:
+#   path      every file outside the kernel's, runtime and log trees, Ansible's own remote tmp and async results,
+#             and the trees dpkg and the packages' maintainer scripts own (/usr but /usr/local, dpkg's and apt's
+#             state, /etc/alternatives, the SysV links, the certificate store): the packages are their own lines;
+#             a file a package ships (its conffiles in /etc too) is "package-file"
+#   data      the lab data directory the host shares with the node (checkpoint cache)
+#   user, group, package (distribution packages)
+#   enabled, running   services; a unit whose file a package ships is "package-enabled", "package-running",
+#             and so is a .wants/ link to one ("package-link"): only the collection's own units count as its own
 node_snapshot() {  # node_snapshot <node>
   local node=$1
   podman exec "pairserve-lab-$node" sh -c '
     find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp -o -path /var/tmp \
-      -o -path /var/log -o -path /var/cache -o -path /var/lib/systemd -o -path /root/.ansible \) -prune \
-      -o -print | sed "s/^/path /"
+      -o -path /var/log -o -path /var/cache -o -path /var/lib/systemd -o -path /root/.ansible \
+      -o -path /root/.ansible_async -o -path /var/lib/dpkg -o -path /var/lib/apt -o -path /var/lib/ucf \
+      -o -path /etc/alternatives -o -path "/etc/rc?.d" -o -path /etc/ssl/certs \
+      -o \( -path "/usr/*" -a ! -path /usr/local -a ! -path "/usr/local/*" \) \) -prune -o -print |
+    awk "FILENAME != \"-\" { own[\$0] = 1; next } { print ((\$0 in own) ? \"package-file \" : \"path \") \$0 }" \
+      /var/lib/dpkg/info/*.list - |
+    while read -r kind p; do
+      case $kind:$p in
+        path:/etc/systemd/*.wants/*)
+          case $(readlink "$p") in /lib/systemd/*|/usr/lib/systemd/*) echo "package-link $p"; continue ;; esac ;;
+      esac
+      echo "$kind $p"
+    done
     cut -d: -f1 /etc/passwd | sed "s/^/user /"
     cut -d: -f1 /etc/group | sed "s/^/group /"
     dpkg-query -W -f "package \${Package}\n"
-    systemctl list-unit-files --type=service --state=enabled --no-legend --plain | awk "{print \"enabled \" \$1}"
-    systemctl list-units --type=service --state=running --no-legend --plain | awk "{print \"running \" \$1}"'
+    unit_lines() {  # unit_lines <kind>: "<kind> <unit>", or "package-<kind> <unit>" for a unit a package ships
+      while read -r u; do
+        case $(systemctl show -P FragmentPath "$u" 2>/dev/null) in
+          /lib/systemd/*|/usr/lib/systemd/*) echo "package-$1 $u" ;;
+          *) echo "$1 $u" ;;
+        esac
+      done
+    }
+    systemctl list-unit-files --type=service --state=enabled --no-legend --plain | awk "{print \$1}" | unit_lines enabled
+    systemctl list-units --type=service --state=running --no-legend --plain | awk "{print \$1}" | unit_lines running'
   [ -d "$data_dir/$node" ] && find "$data_dir/$node" | sed 's/^/data /'
   true
 }
 
-# Kept by the uninstall unless asked (docs/first-install.md, "Uninstall"): the checkpoint cache on each GPU node,
-# GPUStack's database in PostgreSQL (its cluster's files and running service) and the dumps on node A.
-# PostgreSQL itself and the distribution packages the roles installed stay too (the node image holds them).
-uninstall_kept='^(data /var/lib/pairserve-lab/node-[ab]/hf-cache(/.*)?|path /var/lib/postgresql(/.*)?|path /var/backups/pairserve(/.*)?)$'
+# Kept by the uninstall unless asked (docs/first-install.md, "Undo"): the checkpoint cache on each GPU node,
+# GPUStack's database in PostgreSQL and the dumps on node A. Kept always: the distribution packages the roles
+# installed, with what their maintainer scripts made (PostgreSQL's cluster and configuration, its user, the
+# snakeoil certificate of ssl-cert, tzdata's and locales' files, fontconfig's, lighttpd's javascript alias).
+uninstall_kept='^(data /var/lib/pairserve-lab/node-[ab]/hf-cache(/.*)?|path /var/backups/pairserve(/.*)?'
+uninstall_kept+='|path /var/lib/postgresql(/.*)?|path /etc/postgresql(-common)?(/.*)?|path /etc/apt/apt\.conf\.d/02autoremove-postgresql'
+uninstall_kept+='|path /etc/ssl/private/ssl-cert-snakeoil\.key|path /etc/(localtime|timezone|locale\.gen|networks|default/(locale|sysstat))'
+uninstall_kept+='|path /etc/fonts/conf\.d(/.*)?|path /usr/local/share/fonts|path /etc/lighttpd(/.*)?|path /etc/systemd/user(/.*)?'
+uninstall_kept+='|package .*|package-(file|link|enabled|running) .*|user postgres|group (postgres|ssl-cert))$'
 
 snapshot_fresh_nodes() {  # before the first converge: what each node holds before the collection touches it
   local node
@@ -895,7 +925,7 @@ uninstall_proof() {  # uninstall.yml on the converged lab, then each node agains
     added=$(comm -13 "$state/snapshots/$node.fresh" "$state/snapshots/$node.uninstalled" | grep -Ev "$uninstall_kept" || true)
     removed=$(comm -23 "$state/snapshots/$node.fresh" "$state/snapshots/$node.uninstalled" || true)
     kept=$(comm -13 "$state/snapshots/$node.fresh" "$state/snapshots/$node.uninstalled" | grep -Ec "$uninstall_kept" || true)
-    echo "  $node: $(grep -c . <<<"$added" || true) items left behind, $(grep -c . <<<"$removed" || true) items of the fresh node gone, $kept kept items (checkpoint cache, database, dumps)"
+    echo "  $node: $(grep -c . <<<"$added" || true) items left behind, $(grep -c . <<<"$removed" || true) items of the fresh node gone, $kept kept items (checkpoint cache, database, dumps, distribution packages and what their scripts made)"
     if [ -n "$added$removed" ]; then
       { [ -z "$added" ] || printf '    left behind: %s\n' "$added"; [ -z "$removed" ] || printf '    gone: %s\n' "$removed"; } | head -n 60 >&2
       rc=1

@@ -26,12 +26,11 @@ GUARD = "Refuse to run without pairserve_uninstall_confirm=yes"
 
 # The roles that change the nodes, so need a way back; each of the others only checks or reports, with the reason.
 INSTALLS = {"checkpoint", "controller", "gpustack_install", "gpustack_server", "gpustack_worker", "node_venv",
-            "replica", "route", "runner_image"}
+            "replica", "route", "runner_image", "verify"}
 READ_ONLY = {
     "bench": "measures through the route; reports on the controller",
     "power": "samples the GPUs' power; reports on the controller",
     "preflight": "checks only",
-    "verify": "requests through the route",
 }
 
 
@@ -120,7 +119,8 @@ def test_a_limit_is_refused_before_any_host_is_contacted():
 
 def test_the_removals_come_in_order():
     order = [("controller", "absent"), ("route", "absent"), ("replica", "absent"), ("runner_image", "absent"),
-             ("gpustack_server", "absent_api_keys"), ("gpustack_worker", "absent"), ("gpustack_server", "absent"),
+             ("gpustack_server", "absent_api_keys"), ("verify", "absent"), ("gpustack_worker", "absent"),
+             ("gpustack_server", "absent"),
              ("gpustack_install", "absent"), ("node_venv", "absent"), ("checkpoint", "absent")]
     positions = [position(role, entry) for role, entry in order]
     assert positions == sorted(positions), dict(zip(order, positions))
