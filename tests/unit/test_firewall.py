@@ -25,8 +25,8 @@ TEMPLATE = REPO / "roles" / "gpustack_worker" / "templates" / "pairserve-firewal
 
 
 def test_sources_keep_loopback_drop_duplicates_and_nested_networks():
-    got = firewall.sources(["192.0.2.10", "", "192.0.2.10", "fe80::1"], ["198.51.100.0/24", "198.51.100.7",
-                                                                          "2001:db8::/32"])
+    extra = ["198.51.100.0/24", "198.51.100.7", "2001:db8::/32"]
+    got = firewall.sources(["192.0.2.10", "", "192.0.2.10", "fe80::1"], extra)
     assert got == {"ipv4": ["127.0.0.0/8", "192.0.2.10", "198.51.100.0/24"],
                    "ipv6": ["::1", "2001:db8::/32", "fe80::1"]}
 
@@ -60,8 +60,9 @@ def test_problems_name_each_variable():
                               "pairserve_firewall_allowed_sources": ["192.0.2.0/24"]}) == []
     got = firewall.problems({"pairserve_firewall_table": "pair-serve", "pairserve_firewall_allowed_sources": ["x", 3],
                              "pairserve_gpustack_worker_ray_port_range": "9-8"})
-    assert [v for v, _ in got] == ["pairserve_firewall_table", "pairserve_firewall_allowed_sources",
-                                   "pairserve_firewall_allowed_sources", "pairserve_gpustack_worker_ray_port_range"]
+    assert [pair[0] for pair in got] == [
+        "pairserve_firewall_table", "pairserve_firewall_allowed_sources", "pairserve_firewall_allowed_sources",
+        "pairserve_gpustack_worker_ray_port_range"]
     assert "'x' is not an IP address or network" in got[1][1]
     assert firewall.problems({"pairserve_firewall_allowed_sources": "192.0.2.1"})[0][1].startswith("expected a list")
 

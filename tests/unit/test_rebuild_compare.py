@@ -48,8 +48,8 @@ def test_the_record_keeps_what_gpu_pairs_knows_in_its_order_without_bus_ids():
 def test_nothing_to_do_when_record_gpustack_and_registration_agree():
     got = rebuild.compare(_record(), FACT, _view(), [7], SPECS, PATH)
     assert got["work"] is False
-    assert got["detected_gpus"] == got["gpustack_gpus"] == [[0, "NVIDIA GeForce RTX 5080", 16303],
-                                                             [1, "NVIDIA GeForce RTX 5080", 16303]]
+    rows = [[0, "NVIDIA GeForce RTX 5080", 16303], [1, "NVIDIA GeForce RTX 5080", 16303]]
+    assert got["detected_gpus"] == got["gpustack_gpus"] == rows
     assert not (got["cards_changed"] or got["gpustack_stale"] or got["stale_workers"] or got["replicas_differ"])
 
 
