@@ -30,7 +30,9 @@ def settings(tmp_path_factory):
     if not local:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
                         str(wheelhouse), PIN], check=True, timeout=300)
-    return {"pairserve_node_venv": str(tmp / "venv"), "pairserve_node_wheelhouse": str(wheelhouse),
+    # One venv per host, as on real nodes: the two recorded hosts run on this one machine at once, and a shared
+    # path had both create it at the same moment ("File exists").
+    return {"pairserve_node_venv": str(tmp / "venv-{{ inventory_hostname }}"), "pairserve_node_wheelhouse": str(wheelhouse),
             "pairserve_node_python_packages": [PIN], "pairserve_power_window_seconds": 2,
             "pairserve_power_interval_seconds": 0.1, "pairserve_power_report_dir": str(tmp / "report")}
 
