@@ -17,8 +17,9 @@ What a run does with them, before it calls snapshot_download:
   a partial file is never taken for a finished blob. A mismatch removes it and the client fetches the file
   from byte 0; a failed request keeps it for the next run and lets the client try the file itself.
 After a successful run, sweep() removes what can never be resumed: partial files of blobs that are complete,
-empty ones, and huggingface_hub's own probe files (`blobs/tmp_<uuid>`, a `tmpXXXXXXXX/` symlink probe
-in the repository folder).
+empty ones, huggingface_hub's own probe files (`blobs/tmp_<uuid>`, a `tmpXXXXXXXX/` symlink probe
+in the repository folder) and the temp file of its tree-listing cache (`trees/tmpXXXXXXXX.tmp`, written with
+mkstemp and renamed to `trees/<commit>.json`; a kill between the two leaves it).
 A partial file of a blob this run did not select is kept for the run that needs it.
 """
 
@@ -42,6 +43,8 @@ PROBE_FILE_RE = re.compile(r"^tmp_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4
 PROBE_DIR_RE = re.compile(r"^tmp[a-z0-9_]{8}$")
 PROBE_DIR_FILES = frozenset(("dummy_file_src", "dummy_file_dst"))
 PROBE_DIR_AGE_S = 2.0
+# huggingface_hub 2.4's tree-listing cache writes `trees/<commit>.json` through `tempfile.mkstemp(suffix=".tmp")`
+TREE_TEMP_RE = re.compile(r"^tmp[a-z0-9_]{8}\.tmp$")
 
 
 def blobs_dir(cache_dir: str, repo_id: str) -> str:
@@ -192,7 +195,8 @@ def sweep(cache_dir: str, repo_id: str, check_mode: bool = False) -> list:
 
     Partial files of a blob that exists, or empty ones, go (under the blob's lock: never one a live process is
     writing); so do huggingface_hub's permission probe files (`tmp_<uuid>`, empty, deleted by a live process
-    itself within microseconds) and its symlink probe directory (`tmpXXXXXXXX/` in the repository folder).
+    itself within microseconds), its symlink probe directory (`tmpXXXXXXXX/` in the repository folder) and the
+    temp files of its tree-listing cache (`trees/tmpXXXXXXXX.tmp`).
     Check mode lists them without locking or removing anything.
     """
     folder = blobs_dir(cache_dir, repo_id)
@@ -230,4 +234,17 @@ def sweep(cache_dir: str, repo_id: str, check_mode: bool = False) -> list:
             if not check_mode:
                 shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
+    # No age or lock is needed for these: a live writer holds one for the milliseconds of a json.dump, and if one
+    # is removed under it, its os.replace fails and huggingface_hub ignores the failure (the listing is fetched
+    # again next time): nothing is lost either way.
+    trees = os.path.join(repo, "trees")
+    try:
+        names = os.listdir(trees)
+    except OSError:
+        names = []
+    for name in sorted(names):
+        path = os.path.join(trees, name)
+        if TREE_TEMP_RE.match(name) and os.path.isfile(path) and not os.path.islink(path):
+            if check_mode or _remove(path):
+                removed.append(path)
     return removed

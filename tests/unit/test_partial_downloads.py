@@ -126,7 +126,16 @@ def test_sweep_removes_what_no_run_finishes_and_keeps_what_one_will(tmp_path, bl
     empty.write_bytes(b"")
     probe = blobs / "tmp_0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
     probe.write_bytes(b"")
+    # huggingface_hub's tree-listing cache, killed between mkstemp and the rename to <commit>.json
+    trees = blobs.parent / "trees"
+    trees.mkdir()
+    listing = trees / ("d" * 40 + ".json")
+    listing.write_text('{"format_version": 1, "files": {}}')
+    tree_temp = trees / "tmpk3_9x0ab.tmp"
+    tree_temp.write_text('{"format_version": 1, "fi')
     found = partial_downloads.sweep(str(tmp_path), REPO_ID, check_mode=True)
-    assert sorted(found) == sorted(str(p) for p in (done, empty, probe)) and done.exists()
+    assert sorted(found) == sorted(str(p) for p in (done, empty, probe, tree_temp)) and done.exists()
+    assert tree_temp.exists()  # check mode lists, removes nothing
     assert sorted(partial_downloads.sweep(str(tmp_path), REPO_ID)) == sorted(found)
     assert sorted(os.listdir(blobs)) == sorted([ETAG, wanted_later.name])
+    assert os.listdir(trees) == [listing.name]  # the finished listing stays
