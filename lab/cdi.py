@@ -6,9 +6,13 @@ driver libraries as its container edits. gpustack-runtime's podman deployer asks
 each GPU of a replica, and podman resolves the names here. The lab's GPUs are recordings, so each device's
 edits only set environment variables naming the device (PAIRSERVE_LAB_GPU_<index>=<UUID>, one key per device,
 since podman merges the edits of every requested device): the tests read them in each replica container to
-check it received its own pair's GPUs. No device node is created.
+check it received its own pair's GPUs. No device node is created. Where the toolkit's spec mounts the host's
+nvidia-smi, this one mounts the lab's stand-in (lab/nvidia-smi), which prints the UUIDs those variables name:
+preflight's GPU container check runs `nvidia-smi --query-gpu=uuid --format=csv,noheader` in the runner image, as
+on a real node.
 
-    python -m lab.cdi RECORDING NODE OUTPUT    write OUTPUT atomically (podman reads /var/run/cdi/*.json)
+    python -m lab.cdi [--nvidia-smi PATH] RECORDING NODE OUTPUT    write OUTPUT atomically (podman reads
+                                                                   /var/run/cdi/*.json)
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sys
 CDI_VERSION = "0.5.0"
 
 
-def spec(recording: dict, node: str) -> dict:
+def spec(recording: dict, node: str, nvidia_smi: str = "") -> dict:
     devices = []
     for device in recording.get("devices", []):
         uuid, index = device.get("UUID"), device.get("Index")
@@ -31,19 +35,24 @@ def spec(recording: dict, node: str) -> dict:
         devices.append({"name": uuid, "containerEdits": {"env": ["PAIRSERVE_LAB_GPU_%d=%s" % (index, uuid)]}})
     if not devices:
         raise ValueError("the recording lists no device")
-    return {"cdiVersion": CDI_VERSION, "kind": "nvidia.com/gpu", "devices": devices,
-            "containerEdits": {"env": ["PAIRSERVE_LAB_NODE=%s" % node]}}
+    edits = {"env": ["PAIRSERVE_LAB_NODE=%s" % node]}
+    if nvidia_smi:
+        # where the NVIDIA toolkit's spec mounts the driver's nvidia-smi (the same options nvidia-ctk writes)
+        edits["mounts"] = [{"hostPath": os.path.abspath(nvidia_smi), "containerPath": "/usr/bin/nvidia-smi",
+                            "options": ["ro", "nosuid", "nodev", "bind"]}]
+    return {"cdiVersion": CDI_VERSION, "kind": "nvidia.com/gpu", "devices": devices, "containerEdits": edits}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nvidia-smi", default="", help="the stand-in to mount at /usr/bin/nvidia-smi")
     parser.add_argument("recording")
     parser.add_argument("node")
     parser.add_argument("output")
     args = parser.parse_args(argv)
     try:
         with open(args.recording, encoding="utf-8") as handle:
-            made = spec(json.load(handle), args.node)
+            made = spec(json.load(handle), args.node, args.nvidia_smi)
     except (OSError, ValueError) as exc:
         print("lab_cdi: %s: %s" % (args.recording, exc), file=sys.stderr)
         return 1

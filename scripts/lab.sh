@@ -662,7 +662,7 @@ gpu_stand_in() {  # gpu_stand_in <node> <recording>: the NVML answers the node r
   mkdir -p "$state/nvml-hook/hosts"
   install -m 0644 "$2" "$state/nvml-hook/hosts/.$1.json.tmp"
   mv "$state/nvml-hook/hosts/.$1.json.tmp" "$state/nvml-hook/hosts/$1.json"
-  python3 -m lab.cdi "$2" "$1" "$cdi_dir/pairserve-lab-$1.json"
+  python3 -m lab.cdi --nvidia-smi "$state/nvml-hook/nvidia-smi" "$2" "$1" "$cdi_dir/pairserve-lab-$1.json"
 }
 
 gpu_stand_ins() {
@@ -670,6 +670,7 @@ gpu_stand_ins() {
   mkdir -p "$state/nvml-hook"
   cp scripts/lib/nvml_sitecustomize.py "$state/nvml-hook/sitecustomize.py"
   cp plugins/module_utils/nvml_replay.py "$state/nvml-hook/nvml_replay.py"
+  install -m 0755 lab/nvidia-smi "$state/nvml-hook/nvidia-smi"  # what each CDI spec mounts at /usr/bin/nvidia-smi
   for node in "${nodes[@]}"; do
     recording=$(recording_of "$node")
     [ -n "$recording" ] || { echo "lab: no pairserve_lab_nvml_recording in inventory/lab/host_vars/$node.yml" >&2; return 1; }
