@@ -34,7 +34,11 @@ CUDA_TAG = re.compile(r"(?:^|[:/@-])cuda(\d+)\.(\d+)(?=$|[-_.])")
 
 
 class CudaError(ValueError):
-    """The driver floor cannot be known: the message names the variables that decide it."""
+    """The driver floor cannot be known: ``variable`` is the one to fix, the message names the others that decide."""
+
+    def __init__(self, variable, problem):
+        super().__init__("%s: %s" % (variable, problem))
+        self.variable, self.problem = variable, problem
 
 
 def cuda_of_image(image):
@@ -52,17 +56,17 @@ def driver_floor(image, override=""):
     else from the CUDA version the image's tag names; refused when neither says."""
     if override:
         if not re.match(r"^\d+(\.\d+){1,2}$", str(override)):
-            raise CudaError("pairserve_preflight_driver_min_for_runner: %r is not a driver version such as 575.51.03"
-                            % (override,))
+            raise CudaError("pairserve_preflight_driver_min_for_runner",
+                            "%r is not a driver version such as 575.51.03" % (override,))
         return {"cuda": cuda_of_image(image), "driver": str(override),
                 "source": "pairserve_preflight_driver_min_for_runner"}
     cuda = cuda_of_image(image)
     if cuda is None:
-        raise CudaError("pairserve_runner_image: %r names no CUDA version in its tag (cudaX.Y, as gpustack/runner "
+        raise CudaError("pairserve_runner_image", "%r names no CUDA version in its tag (cudaX.Y, as gpustack/runner "
                         "tags do), so the driver it needs is unknown: set pairserve_preflight_driver_min_for_runner "
                         "to the lowest driver of the CUDA it is built on" % (image,))
     if cuda not in DRIVER_FLOOR:
-        raise CudaError("pairserve_runner_image: %s is built on CUDA %s, whose driver floor the collection does not "
+        raise CudaError("pairserve_runner_image", "%s is built on CUDA %s, whose driver floor the collection does not "
                         "know (it knows %s): set pairserve_preflight_driver_min_for_runner"
                         % (image, cuda, ", ".join(sorted(DRIVER_FLOOR, key=lambda v: tuple(map(int, v.split(".")))))))
     return {"cuda": cuda, "driver": DRIVER_FLOOR[cuda], "source": "CUDA %s of %s" % (cuda, image)}

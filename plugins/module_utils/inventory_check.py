@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.pairserve.llm.plugins.module_utils import firewall
+from ansible_collections.pairserve.llm.plugins.module_utils import cuda, firewall
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
     BUILTIN_PROFILES,
@@ -31,7 +31,7 @@ VIEW_VARS = (
     "pairserve_replica_profile", "pairserve_profiles", "pairserve_replica_env", "pairserve_gpustack_api_port",
     "pairserve_gpustack_worker_port", "pairserve_gpustack_worker_metrics_port", "pairserve_gpustack_worker_name",
     "pairserve_gpustack_worker_service_port_range", "pairserve_gpustack_worker_ray_port_range",
-    "pairserve_firewall_table", "pairserve_firewall_allowed_sources",
+    "pairserve_firewall_table", "pairserve_firewall_allowed_sources", "pairserve_preflight_driver_min_for_runner",
 )
 # Secrets: the view says only whether each is set (never its value).
 SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_password")
@@ -92,6 +92,12 @@ def _check_pins(out, host, view, constraints_versions):
         # gpustack/runner tags name the vLLM they carry (cuda12.9-vllm0.25.1); a mirror keeps the tag.
         out.add(host, "pairserve_runner_image", "%s does not name the pinned vLLM %s: its replicas would run "
                 "another vLLM than the arguments are rendered for" % (image, vllm))
+    if isinstance(image, str) and image and "@" not in image:
+        # the driver the image needs must be known before anything changes (preflight compares it on the node)
+        try:
+            cuda.driver_floor(image, view.get("pairserve_preflight_driver_min_for_runner") or "")
+        except cuda.CudaError as err:
+            out.add(host, err.variable, err.problem)
     if not (isinstance(digest, str) and DIGEST.match(digest)):
         lab_local = _true(view.get("pairserve_lab_mode")) and isinstance(image, str) and image.startswith("localhost/")
         if not lab_local:

@@ -91,18 +91,36 @@ def test_each_rule(changes, expected):
         assert expected in found, found
 
 
+# The lab's CPU image names no CUDA in its tag: the lab inventory sets the driver floor it stands in for.
+LAB_IMAGE = {"node_a__pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.25.1",
+             "node_a__pairserve_runner_image_digest": "",
+             "node_a__pairserve_preflight_driver_min_for_runner": "575.51.03"}
+
+
 def test_lab_images_need_no_digest_in_lab_mode_only():
-    lab = {"node_a__pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.25.1",
-           "node_a__pairserve_runner_image_digest": ""}
+    lab = LAB_IMAGE
     assert ("node-a", "pairserve_runner_image_digest") in check(**lab)
     assert check(node_a__pairserve_lab_mode=True, **lab) == []
 
 
 def test_lab_mode_given_as_a_string_on_the_command_line():
-    lab = {"node_a__pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.25.1",
-           "node_a__pairserve_runner_image_digest": ""}
+    lab = LAB_IMAGE
     assert ("node-a", "pairserve_runner_image_digest") in check(node_a__pairserve_lab_mode="false", **lab)
     assert check(node_a__pairserve_lab_mode="true", **lab) == []
+
+
+def test_the_runner_images_driver_floor_is_known_before_anything_changes():
+    # a mirror keeping GPUStack's tag: the floor comes from the CUDA the tag names, nothing to set
+    assert check(node_a__pairserve_runner_image="registry.lan/gpustack/runner:cuda13.0-vllm0.25.1") == []
+    # a rebuilt image whose tag names no CUDA: refused until the floor is set, then accepted
+    own = {"node_b__pairserve_runner_image": "registry.lan/ml/vllm:0.25.1"}
+    assert check(**own) == [("node-b", "pairserve_runner_image")]
+    assert check(node_b__pairserve_preflight_driver_min_for_runner="580.65.06", **own) == []
+    # CUDA the collection has no floor for, and a floor that is not a version: each names what to fix
+    assert check(node_a__pairserve_runner_image="docker.io/gpustack/runner:cuda11.8-vllm0.25.1") == [
+        ("node-a", "pairserve_runner_image")]
+    assert check(node_a__pairserve_preflight_driver_min_for_runner="latest") == [
+        ("node-a", "pairserve_preflight_driver_min_for_runner")]
 
 
 # The roles that change a host; every play of control_plane.yml before the first one that runs them only checks.
