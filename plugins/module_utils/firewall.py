@@ -46,6 +46,9 @@ def source(value, variable="pairserve_firewall_allowed_sources"):
     if isinstance(value, bool) or not isinstance(value, str) or not value.strip():
         raise FirewallError("%s: %r is not an IP address or network (such as 192.0.2.10 or 192.0.2.0/24)"
                             % (variable, value))
+    if "%" in value:
+        # Python reads fe80::1%eth0 as a network; nftables cannot match an address's zone
+        raise FirewallError("%s: %r is a scoped address: give it without its %%zone" % (variable, value))
     try:
         return ipaddress.ip_network(value.strip(), strict=True)
     except ValueError as exc:
@@ -53,16 +56,22 @@ def source(value, variable="pairserve_firewall_allowed_sources"):
 
 
 def sources(derived, extra):
-    """The allowed sources: loopback, the derived addresses (server, controller, Ansible controller; empty and
-    duplicate entries dropped) and the user's ``extra`` list, as {"ipv4": [...], "ipv6": [...]} of networks in
+    """The allowed sources: loopback, the derived addresses (server, controller, Ansible controller; each a string
+    or {"value", "origin"} naming the fact it was read from, for the error; empty and duplicate entries dropped) and the user's ``extra`` list, as {"ipv4": [...], "ipv6": [...]} of networks in
     a stable order with no entry inside another (nftables refuses overlapping interval elements)."""
     if not isinstance(extra, (list, tuple)):
         raise FirewallError("pairserve_firewall_allowed_sources: expected a list of addresses or networks, got %s"
                             % type(extra).__name__)
     networks = [ipaddress.ip_network(net) for net in LOOPBACK]
     for value in derived:
+        # a derived source comes as {"value", "origin"} (the fact and host it was read from) or a bare string
+        origin = "derived source"
+        if isinstance(value, dict):
+            value, origin = value.get("value"), value.get("origin") or origin
+        if isinstance(value, str) and "%" in value:
+            value = value.split("%", 1)[0]  # a link-local fact's zone: the address is what the table matches
         if value:
-            networks.append(source(value, "derived source"))
+            networks.append(source(value, origin))
     networks.extend(source(value) for value in extra)
     out = {"ipv4": [], "ipv6": []}
     for family, version in (("ipv4", 4), ("ipv6", 6)):

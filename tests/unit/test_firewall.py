@@ -37,6 +37,20 @@ def test_a_source_that_is_not_an_address_or_network_is_refused_naming_the_variab
         firewall.sources([], [value])
 
 
+def test_a_derived_source_that_is_not_an_address_is_refused_naming_where_it_came_from():
+    origin = "the Ansible controller (SSH_CLIENT on node-b; pairserve_firewall_allow_ansible_controller)"
+    with pytest.raises(firewall.FirewallError, match=r"^the Ansible controller \(SSH_CLIENT on node-b; .*\): "
+                                                     r"'controller.lan' is not an IP address"):
+        firewall.sources([{"value": "192.0.2.10", "origin": "x"}, {"value": "controller.lan", "origin": origin}], [])
+    # a link-local fact with its zone is matched by its address; an empty one is dropped
+    got = firewall.sources([{"value": "192.0.2.10", "origin": origin}, {"value": "", "origin": origin},
+                            {"value": "fe80::1%eth0", "origin": origin}], [])
+    assert got == firewall.sources(["192.0.2.10", "fe80::1"], [])
+    # a scoped address given by the user is refused: nftables cannot match a zone
+    with pytest.raises(firewall.FirewallError, match="^pairserve_firewall_allowed_sources: 'fe80::1%eth0' is a scoped"):
+        firewall.sources([], ["fe80::1%eth0"])
+
+
 def test_the_sources_must_be_a_list():
     with pytest.raises(firewall.FirewallError, match="expected a list"):
         firewall.sources([], "192.0.2.1")
