@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CALLBACKS = Path(__file__).resolve().parent / "callback_plugins"
@@ -43,6 +45,11 @@ class Result:
 
     def get(self, key, default=None):
         return self.result.get(key, default)
+
+    @property
+    def by_task(self) -> dict:
+        """{task name: its last result}: what a test of a short play reads."""
+        return {r["_task"]: r for r in self.results}
 
 
 def _env(extra: dict | None) -> dict:
@@ -105,3 +112,15 @@ def run_playbook(playbook: str | Path, *, inventory: str | Path | None = None, e
                               capture_output=True, text=True, timeout=timeout, check=False)
         records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     return Result(proc.returncode, records[-1] if records else {}, proc.stdout, proc.stderr, records)
+
+
+def run_local_play(directory: str | Path, name: str, tasks: list, play_vars: dict | None = None,
+                   timeout: float = 300) -> Result:
+    """One play on localhost (local connection, no facts) written to DIRECTORY/play.yml and run: the way the tests
+    run a filter or a role's task file through real Ansible. `.by_task` maps each task's name to its result."""
+    play = {"name": name, "hosts": "localhost", "gather_facts": False, "connection": "local", "tasks": tasks}
+    if play_vars:
+        play["vars"] = play_vars
+    playbook = Path(directory) / "play.yml"
+    playbook.write_text(yaml.safe_dump([play]), encoding="utf-8")
+    return run_playbook(playbook, timeout=timeout)

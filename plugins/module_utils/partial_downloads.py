@@ -190,6 +190,24 @@ def resume(cache_dir: str, repo_id: str, files: dict, paths: list, fetch_rest, w
         return list(pool.map(lambda p: resume_one(cache_dir, repo_id, p, files[p], fetch_rest), todo))
 
 
+def _names(directory: str) -> list:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
+
+
+def _remove_named(directory: str, pattern, check_mode: bool) -> list:
+    """Remove the plain files of DIRECTORY whose names match PATTERN (check mode: list them); returns the paths."""
+    removed = []
+    for name in _names(directory):
+        path = os.path.join(directory, name)
+        if pattern.match(name) and os.path.isfile(path) and not os.path.islink(path):
+            if check_mode or _remove(path):
+                removed.append(path)
+    return removed
+
+
 def sweep(cache_dir: str, repo_id: str, check_mode: bool = False) -> list:
     """Remove what a killed download left in blobs/ that no run will ever resume; returns the paths.
 
@@ -212,21 +230,9 @@ def sweep(cache_dir: str, repo_id: str, check_mode: bool = False) -> list:
         with blob_lock(cache_dir, repo_id, etag) as held:
             if held:
                 removed.extend(os.path.join(folder, name) for name in doomed if _remove(os.path.join(folder, name)))
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        names = []
-    for name in sorted(names):
-        if PROBE_FILE_RE.match(name):
-            path = os.path.join(folder, name)
-            if check_mode or _remove(path):
-                removed.append(path)
+    removed.extend(_remove_named(folder, PROBE_FILE_RE, check_mode))
     repo = hub.repo_folder(cache_dir, repo_id)
-    try:
-        names = os.listdir(repo)
-    except OSError:
-        names = []
-    for name in sorted(names):
+    for name in _names(repo):
         path = os.path.join(repo, name)
         # A live process keeps its probe directory for microseconds; one older than PROBE_DIR_AGE_S is left over.
         if PROBE_DIR_RE.match(name) and os.path.isdir(path) and not os.path.islink(path) \
@@ -237,14 +243,5 @@ def sweep(cache_dir: str, repo_id: str, check_mode: bool = False) -> list:
     # No age or lock is needed for these: a live writer holds one for the milliseconds of a json.dump, and if one
     # is removed under it, its os.replace fails and huggingface_hub ignores the failure (the listing is fetched
     # again next time): nothing is lost either way.
-    trees = os.path.join(repo, "trees")
-    try:
-        names = os.listdir(trees)
-    except OSError:
-        names = []
-    for name in sorted(names):
-        path = os.path.join(trees, name)
-        if TREE_TEMP_RE.match(name) and os.path.isfile(path) and not os.path.islink(path):
-            if check_mode or _remove(path):
-                removed.append(path)
+    removed.extend(_remove_named(os.path.join(repo, "trees"), TREE_TEMP_RE, check_mode))
     return removed

@@ -7,12 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import cuda  # noqa: E402
-from lab.ansible_runner import run_playbook  # noqa: E402
+from lab.ansible_runner import run_local_play  # noqa: E402
 
 
 @pytest.mark.parametrize("image,version", [
@@ -50,32 +49,24 @@ def test_no_cuda_in_the_tag_or_an_unknown_one_is_refused_naming_both_variables()
 
 
 def test_the_filter_runs_in_a_play(tmp_path):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Driver floor", "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "tasks": [
-            {"name": "Floor", "ansible.builtin.set_fact": {
-                "got": "{{ 'gpustack/runner:cuda12.9-vllm0.25.1' | pairserve.llm.cuda_driver_floor }}"}},
-            {"name": "Refused", "ansible.builtin.set_fact": {
-                "bad": "{{ 'registry.example/vllm:0.25.1' | pairserve.llm.cuda_driver_floor('') }}"},
-             "ignore_errors": True},
-        ]}]))
-    res = run_playbook(playbook, timeout=300)
-    by_task = {r["_task"]: r for r in res.results}
+    by_task = run_local_play(tmp_path, "Driver floor", [
+        {"name": "Floor", "ansible.builtin.set_fact": {
+            "got": "{{ 'gpustack/runner:cuda12.9-vllm0.25.1' | pairserve.llm.cuda_driver_floor }}"}},
+        {"name": "Refused", "ansible.builtin.set_fact": {
+            "bad": "{{ 'registry.example/vllm:0.25.1' | pairserve.llm.cuda_driver_floor('') }}"},
+         "ignore_errors": True},
+    ]).by_task
     assert by_task["Floor"]["ansible_facts"]["got"]["driver"] == "575.51.03"
     assert by_task["Refused"]["_status"] == "failed" and "names no CUDA version" in by_task["Refused"]["msg"]
 
 
 def _driver_check(tmp_path, driver, image, override=""):
-    playbook = tmp_path / "driver.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Driver check", "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "vars": {"pairserve_runner_image": image, "pairserve_preflight_driver_min_for_runner": override,
-                 "pairserve_gpu": {"driver_version": driver,
-                                   "pairs": [{"compute_capability": "8.9"}, {"compute_capability": "12.0"}]}},
-        "tasks": [{"name": "Check", "ansible.builtin.include_role": {"name": "pairserve.llm.preflight",
-                                                                     "tasks_from": "driver"}}]}]))
-    return run_playbook(playbook, timeout=300)
+    return run_local_play(
+        tmp_path, "Driver check",
+        [{"name": "Check", "ansible.builtin.include_role": {"name": "pairserve.llm.preflight", "tasks_from": "driver"}}],
+        {"pairserve_runner_image": image, "pairserve_preflight_driver_min_for_runner": override,
+         "pairserve_gpu": {"driver_version": driver,
+                           "pairs": [{"compute_capability": "8.9"}, {"compute_capability": "12.0"}]}})
 
 
 def test_preflight_holds_the_driver_to_the_images_cuda(tmp_path):

@@ -14,12 +14,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import firewall  # noqa: E402
-from lab.ansible_runner import REPO, run_playbook  # noqa: E402
+from lab.ansible_runner import REPO, run_local_play  # noqa: E402
 
 TEMPLATE = REPO / "roles" / "gpustack_worker" / "templates" / "pairserve-firewall.nft.j2"
 
@@ -86,21 +85,16 @@ def test_problems_name_each_variable():
 def _rendered(tmp_path: Path, table: str, allowed: list, derived: list) -> Path:
     """The role's template rendered by Ansible, through the filter, and checked by `nft -c` as the role does."""
     dest = tmp_path / "firewall.nft"
-    playbook = tmp_path / "render.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Render the firewall table", "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "vars": {"pairserve_firewall_table": table, "pairserve_firewall_allow_ansible_controller": True,
-                 "pairserve_firewall": "{{ %s | pairserve.llm.firewall_rules(%s, 10150, 10151, '40000-40001', "
-                                       "'41000-41001') }}" % (derived, allowed)},
-        "tasks": [
-            {"name": "Render", "ansible.builtin.template": {"src": str(TEMPLATE), "dest": str(dest), "mode": "0644",
-                                                            "validate": "nft -c -f %s"}},
-            {"name": "Refused", "ansible.builtin.set_fact": {
-                "bad": "{{ [] | pairserve.llm.firewall_rules(['192.0.2.1/24'], 10150, 10151) }}"},
-             "ignore_errors": True},
-        ]}]))
-    res = run_playbook(playbook, timeout=300)
-    by_task = {r["_task"]: r for r in res.results}
+    res = run_local_play(tmp_path, "Render the firewall table", [
+        {"name": "Render", "ansible.builtin.template": {"src": str(TEMPLATE), "dest": str(dest), "mode": "0644",
+                                                        "validate": "nft -c -f %s"}},
+        {"name": "Refused", "ansible.builtin.set_fact": {
+            "bad": "{{ [] | pairserve.llm.firewall_rules(['192.0.2.1/24'], 10150, 10151) }}"},
+         "ignore_errors": True},
+    ], {"pairserve_firewall_table": table, "pairserve_firewall_allow_ansible_controller": True,
+        "pairserve_firewall": "{{ %s | pairserve.llm.firewall_rules(%s, 10150, 10151, '40000-40001', "
+                              "'41000-41001') }}" % (derived, allowed)})
+    by_task = res.by_task
     assert by_task["Render"].get("changed") is True, res.stdout[-3000:]
     assert by_task["Refused"]["_status"] == "failed"
     assert "pairserve_firewall_allowed_sources: '192.0.2.1/24' is not an IP address" in by_task["Refused"]["msg"]

@@ -8,12 +8,11 @@ import copy
 import sys
 from pathlib import Path
 
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import rebuild  # noqa: E402
-from lab.ansible_runner import run_playbook  # noqa: E402
+from lab.ansible_runner import run_local_play  # noqa: E402
 
 MIB = 1048576
 GPUS = [{"index": 1, "uuid": "GPU-b", "name": "NVIDIA GeForce RTX 5080", "memory_total_mib": 16303,
@@ -96,19 +95,13 @@ def test_the_registration_differs_by_gpu_ids_arguments_path_or_names():
 
 
 def test_the_filters_run_in_a_play(tmp_path):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Rebuild filters", "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "vars": {"fact": FACT, "view": _view(), "specs": SPECS},
-        "tasks": [
-            {"name": "Compare", "ansible.builtin.set_fact": {
-                "got": "{{ fact | pairserve.llm.rebuild_compare(none, view, [7], specs, '%s') }}" % PATH}},
-            {"name": "Rows", "ansible.builtin.set_fact": {"rows": "{{ view.gpus | pairserve.llm.gpustack_gpu_rows }}"}},
-            {"name": "Refused", "ansible.builtin.set_fact": {
-                "bad": "{{ 'text' | pairserve.llm.rebuild_compare(none, view, [], specs, '') }}"}, "ignore_errors": True},
-        ]}]))
-    res = run_playbook(playbook, timeout=300)
-    facts = {r["_task"]: r for r in res.results}
+    facts = run_local_play(tmp_path, "Rebuild filters", [
+        {"name": "Compare", "ansible.builtin.set_fact": {
+            "got": "{{ fact | pairserve.llm.rebuild_compare(none, view, [7], specs, '%s') }}" % PATH}},
+        {"name": "Rows", "ansible.builtin.set_fact": {"rows": "{{ view.gpus | pairserve.llm.gpustack_gpu_rows }}"}},
+        {"name": "Refused", "ansible.builtin.set_fact": {
+            "bad": "{{ 'text' | pairserve.llm.rebuild_compare(none, view, [], specs, '') }}"}, "ignore_errors": True},
+    ], {"fact": FACT, "view": _view(), "specs": SPECS}).by_task
     assert facts["Compare"]["ansible_facts"]["got"]["work"] is False
     assert facts["Rows"]["ansible_facts"]["rows"][0] == [0, "NVIDIA GeForce RTX 5080", 16303]
     assert facts["Refused"]["_status"] == "failed" and "expected the pairserve_gpu fact" in facts["Refused"]["msg"]

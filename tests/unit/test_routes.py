@@ -7,12 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import routes  # noqa: E402
-from lab.ansible_runner import run_playbook  # noqa: E402
+from lab.ansible_runner import run_local_play  # noqa: E402
 
 SEED = {"node-a": [{"name": "qwen-node-a", "profile": "text"}], "node-b": [{"name": "qwen-node-b", "profile": "text"}]}
 
@@ -91,20 +90,14 @@ def test_a_route_left_drained_gets_the_inventory_share_back():
 
 
 def test_the_filters_run_in_a_play(tmp_path):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Route filters", "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "vars": {"by_host": SEED, "now": [route(("qwen-node-a", 58, None), ("qwen-node-b", 42, None))]},
-        "tasks": [
-            {"name": "Wanted", "ansible.builtin.set_fact": {
-                "wanted": "{{ by_host | pairserve.llm.route_wanted('pooled', {'node-a': 58, 'node-b': 42}, 'qwen') }}"}},
-            {"name": "Plan", "ansible.builtin.set_fact": {
-                "plan": "{{ now | pairserve.llm.route_drain_plan(['qwen-node-b'], ['qwen-node-b'], {'qwen': 42}) }}"}},
-            {"name": "Refused", "ansible.builtin.set_fact": {
-                "bad": "{{ by_host | pairserve.llm.route_wanted('both', {}, 'qwen') }}"}, "ignore_errors": True},
-        ]}]))
-    res = run_playbook(playbook, timeout=300)
-    facts = {r["_task"]: r for r in res.results}
+    facts = run_local_play(tmp_path, "Route filters", [
+        {"name": "Wanted", "ansible.builtin.set_fact": {
+            "wanted": "{{ by_host | pairserve.llm.route_wanted('pooled', {'node-a': 58, 'node-b': 42}, 'qwen') }}"}},
+        {"name": "Plan", "ansible.builtin.set_fact": {
+            "plan": "{{ now | pairserve.llm.route_drain_plan(['qwen-node-b'], ['qwen-node-b'], {'qwen': 42}) }}"}},
+        {"name": "Refused", "ansible.builtin.set_fact": {
+            "bad": "{{ by_host | pairserve.llm.route_wanted('both', {}, 'qwen') }}"}, "ignore_errors": True},
+    ], {"by_host": SEED, "now": [route(("qwen-node-a", 58, None), ("qwen-node-b", 42, None))]}).by_task
     assert facts["Wanted"]["ansible_facts"]["wanted"][0]["targets"][1] == {"model": "qwen-node-b", "weight": 42}
     assert facts["Plan"]["ansible_facts"]["plan"][0]["drain_fallback"]["model"] == "qwen-node-b"
     assert facts["Refused"]["_status"] == "failed" and "neither pooled nor split" in facts["Refused"]["msg"]

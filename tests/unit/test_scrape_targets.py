@@ -7,12 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import scrape_targets as st  # noqa: E402
-from lab.ansible_runner import run_playbook  # noqa: E402
+from lab.ansible_runner import run_local_play  # noqa: E402
 
 SERVER = {"host": "node-a", "address": "192.0.2.10"}
 NODES = {"node-b": {"address": "192.0.2.11", "metrics_port": 10151},
@@ -58,18 +57,12 @@ def test_bad_addresses_and_ports_are_refused_naming_them(server, nodes, match):
 
 
 def test_the_filter_runs_in_a_play(tmp_path):
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Targets", "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "vars": {"server": SERVER, "nodes": NODES, "instances": INSTANCES},
-        "tasks": [
-            {"name": "Targets", "ansible.builtin.set_fact": {
-                "got": "{{ server | pairserve.llm.scrape_targets(nodes, instances, ['qwen-node-a']) }}"}},
-            {"name": "Refused", "ansible.builtin.set_fact": {
-                "bad": "{{ 'text' | pairserve.llm.scrape_targets(nodes, instances) }}"}, "ignore_errors": True},
-        ]}]))
-    res = run_playbook(playbook, timeout=300)
-    by_task = {r["_task"]: r for r in res.results}
+    by_task = run_local_play(tmp_path, "Targets", [
+        {"name": "Targets", "ansible.builtin.set_fact": {
+            "got": "{{ server | pairserve.llm.scrape_targets(nodes, instances, ['qwen-node-a']) }}"}},
+        {"name": "Refused", "ansible.builtin.set_fact": {
+            "bad": "{{ 'text' | pairserve.llm.scrape_targets(nodes, instances) }}"}, "ignore_errors": True},
+    ], {"server": SERVER, "nodes": NODES, "instances": INSTANCES}).by_task
     assert [g["labels"]["job"] for g in by_task["Targets"]["ansible_facts"]["got"]] == [
         "gpustack-server", "gpustack-worker", "gpustack-worker", "vllm"]
     assert by_task["Refused"]["_status"] == "failed" and "expected the server" in by_task["Refused"]["msg"]
