@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How long a route did not answer: one small request after another, and the windows in which none succeeded.
+
+A window opens when a request fails after a success (or the first request fails) and closes when the next request
+succeeds; its length runs from the failed request's start to the successful one's end, so it never understates the
+gap (it can overstate it by at most one interval and one request). The loop ends once the route has answered
+``settle`` times in a row after a window, when ``stop()`` says so, or after ``max_seconds``.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def measure(attempt, interval=0.5, max_seconds=900.0, settle=3, stop=None, clock=time.monotonic, wall=time.time,
+            sleep=time.sleep):
+    """Run ``attempt()`` (returns None on success, else a short error text) until the loop ends; return the figures.
+
+    {"requests", "failed_requests", "windows": [{"start", "end" (epoch seconds), "seconds", "failed_requests",
+    "first_error"}], "unavailable_s", "longest_s", "recovered", "ended_by", "duration_s"}.
+    ``recovered`` is false only while a window is still open at the end (the route did not come back).
+    """
+    start = clock()
+    windows, open_window = [], None
+    requests = failed = successes_after = 0
+    ended_by = "max_seconds"
+    while True:
+        began_mono, began_wall = clock(), wall()
+        error = attempt()
+        requests += 1
+        if error is None:
+            if open_window is not None:
+                open_window["end"] = wall()
+                open_window["seconds"] = round(open_window["end"] - open_window["start"], 3)
+                windows.append(open_window)
+                open_window, successes_after = None, 0
+            if windows:
+                successes_after += 1
+                if successes_after >= settle:
+                    ended_by = "recovered"
+                    break
+        else:
+            failed += 1
+            if open_window is None:
+                open_window = {"start": began_wall, "failed_requests": 0, "first_error": str(error)[:300]}
+            open_window["failed_requests"] += 1
+        if stop is not None and stop():
+            ended_by = "stopped"
+            break
+        if clock() - start >= max_seconds:
+            break
+        sleep(max(0.0, interval - (clock() - began_mono)))
+    if open_window is not None:  # still failing at the end: counted up to now
+        open_window["end"] = wall()
+        open_window["seconds"] = round(open_window["end"] - open_window["start"], 3)
+        windows.append(open_window)
+    return {
+        "requests": requests,
+        "failed_requests": failed,
+        "windows": windows,
+        "unavailable_s": round(sum(w["seconds"] for w in windows), 3),
+        "longest_s": round(max((w["seconds"] for w in windows), default=0.0), 3),
+        "recovered": open_window is None,
+        "ended_by": ended_by,
+        "duration_s": round(clock() - start, 3),
+    }

@@ -1,0 +1,206 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Measure how long an OpenAI-compatible route does not answer, across a restart."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: route_downtime
+short_description: Measure how long a GPUStack route does not answer while something restarts
+description:
+  - Sends one small chat completion (one token, temperature 0) through the route every O(interval) seconds and
+    records each window in which none succeeded, from the start of its first failed request to the end of the
+    next successful one (so a window is never shorter than the gap; it can be longer by one interval and one
+    request).
+  - Meant to run in the background (C(async), C(poll=0)) right before a restart, and to be read with
+    C(ansible.builtin.async_status) after it. It ends by itself once the route has answered O(settle) times in a
+    row after a window, when O(stop_file) appears (it removes it), or after O(max_seconds).
+  - C(playbooks/upgrade.yml) runs it around the GPUStack server's restart and prints the figure (every request
+    goes through that one server, so its restart is the route's one gap).
+  - Sends requests only; changes nothing (C(changed) is always false).
+version_added: 0.1.0
+author:
+  - pairserve.llm maintainers (@pairserve)
+extends_documentation_fragment:
+  - pairserve.llm.attributes
+  - pairserve.llm.attributes.INFO_MODULE
+options:
+  base_url:
+    description: Root URL of the OpenAI-compatible API, without C(/v1) (the GPUStack server).
+    type: str
+    required: true
+  api_key:
+    description: Bearer token of the requests (a GPUStack inference API key).
+    type: str
+  model:
+    description: The route name the requests ask for.
+    type: str
+    required: true
+  interval:
+    description: Seconds from the start of one request to the start of the next (at least 0.1).
+    type: float
+    default: 0.5
+  request_timeout:
+    description: Seconds one request may take before it counts as failed.
+    type: float
+    default: 10
+  max_seconds:
+    description: Seconds after which the measurement ends whatever the route does.
+    type: int
+    default: 900
+  settle:
+    description: Successful requests in a row after a window that end the measurement.
+    type: int
+    default: 3
+  stop_file:
+    description:
+      - A path whose appearance ends the measurement (checked after each request); the module removes it. A stale one
+        from an earlier, interrupted run is removed when the module starts.
+    type: path
+  validate_certs:
+    description: Verify the server's TLS certificate (HTTPS URLs).
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: Measure the route's gap while the server restarts
+  pairserve.llm.route_downtime:
+    base_url: http://127.0.0.1:30080
+    api_key: "{{ pairserve_gpustack_inference_key }}"
+    model: qwen
+    stop_file: /run/pairserve-route-downtime.stop
+  async: 1200
+  poll: 0
+  register: probe
+
+- name: Restart the server
+  ansible.builtin.systemd_service:
+    name: gpustack-server
+    state: restarted
+
+- name: End the measurement
+  ansible.builtin.file:
+    path: /run/pairserve-route-downtime.stop
+    state: touch
+    mode: "0600"
+
+- name: Read it
+  ansible.builtin.async_status:
+    jid: "{{ probe.ansible_job_id }}"
+  register: downtime
+  until: downtime.finished
+  retries: 30
+  delay: 1
+"""
+
+RETURN = r"""
+unavailable_s:
+  description: Seconds in which no request through the route succeeded (the sum of O(windows)).
+  type: float
+  returned: always
+  sample: 14.2
+longest_s:
+  description: The longest window, in seconds.
+  type: float
+  returned: always
+  sample: 14.2
+windows:
+  description: Each window without a successful request.
+  type: list
+  elements: dict
+  returned: always
+  contains:
+    start:
+      description: Epoch seconds at the start of the window's first failed request.
+      type: float
+    end:
+      description: Epoch seconds at the end of the request that succeeded again (or at the end of the measurement).
+      type: float
+    seconds:
+      description: Its length.
+      type: float
+    failed_requests:
+      description: Requests that failed in it.
+      type: int
+    first_error:
+      description: What the first of them got (status and message, or the connection error).
+      type: str
+recovered:
+  description: False when the route still did not answer when the measurement ended.
+  type: bool
+  returned: always
+ended_by:
+  description: C(recovered), C(stopped) (O(stop_file)) or C(max_seconds).
+  type: str
+  returned: always
+requests:
+  description: Requests sent.
+  type: int
+  returned: always
+failed_requests:
+  description: Requests that failed.
+  type: int
+  returned: always
+duration_s:
+  description: Seconds the measurement ran.
+  type: float
+  returned: always
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.pairserve.llm.plugins.module_utils import downtime, openai_probe
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            base_url=dict(type="str", required=True),
+            api_key=dict(type="str", no_log=True),
+            model=dict(type="str", required=True),
+            interval=dict(type="float", default=0.5),
+            request_timeout=dict(type="float", default=10.0),
+            max_seconds=dict(type="int", default=900),
+            settle=dict(type="int", default=3),
+            stop_file=dict(type="path"),
+            validate_certs=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["interval"] < 0.1 or p["request_timeout"] <= 0 or p["max_seconds"] < 1 or p["settle"] < 1:
+        module.fail_json(msg="interval must be at least 0.1, request_timeout above 0, max_seconds and settle at "
+                             "least 1 (got %s, %s, %s, %s)" % (p["interval"], p["request_timeout"], p["max_seconds"],
+                                                               p["settle"]))
+    stop_file = p["stop_file"]
+    if stop_file and os.path.lexists(stop_file):
+        os.unlink(stop_file)  # an earlier run's, never read: it must not end this one
+    client = openai_probe.Client(p["base_url"], p["api_key"], timeout=p["request_timeout"],
+                                 validate_certs=p["validate_certs"], tokenize_url="")
+    payload = {"model": p["model"], "messages": [{"role": "user", "content": "Reply with OK."}], "max_tokens": 1,
+               "temperature": 0}
+
+    def attempt():
+        resp = client.chat(payload)
+        if resp.ok:
+            return None
+        return "HTTP %s: %s" % (resp.status, resp.error_message()[:200]) if resp.status else resp.error
+
+    def stop():
+        if stop_file and os.path.lexists(stop_file):
+            os.unlink(stop_file)
+            return True
+        return False
+
+    figures = downtime.measure(attempt, interval=p["interval"], max_seconds=p["max_seconds"], settle=p["settle"],
+                               stop=stop)
+    module.exit_json(changed=False, **figures)
+
+
+if __name__ == "__main__":
+    main()

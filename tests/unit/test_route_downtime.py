@@ -1,0 +1,176 @@
+"""route_downtime through Ansible against a real HTTP server on 127.0.0.1 that goes away and comes back: the gap it
+reports covers the outage and is not longer than the outage plus one interval and one request; a 503 counts as
+down; a stop file ends a measurement that saw no gap; the loop's rules on their own."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+
+from ansible_collections.pairserve.llm.plugins.module_utils import downtime  # noqa: E402
+from lab.ansible_runner import run_local_play, run_module  # noqa: E402
+
+KEY = "sk-test-route-downtime"
+
+
+class Route(BaseHTTPRequestHandler):
+    status = 200  # the class attribute a test flips to make the route answer 503
+    served = 0  # successful answers so far
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        ok = self.headers.get("Authorization") == "Bearer " + KEY and body.get("model") == "qwen"
+        status = type(self).status if ok else 401
+        payload = ({"choices": [{"message": {"role": "assistant", "content": "OK"}}]} if status == 200
+                   else {"error": {"message": "no running instance"}})
+        raw = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+        type(self).served += status == 200
+
+    def log_message(self, *args):
+        pass
+
+
+def serve(port=0):
+    server = ThreadingHTTPServer(("127.0.0.1", port), Route)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def in_background(args):
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(result=run_module("route_downtime", args, timeout=120)))
+    thread.start()
+    return thread, box
+
+
+def args(port, **more):
+    return {"base_url": "http://127.0.0.1:%d" % port, "api_key": KEY, "model": "qwen", "interval": 0.2,
+            "request_timeout": 2, "max_seconds": 60, **more}
+
+
+def test_a_server_that_goes_away_and_comes_back_gives_one_window_covering_the_outage():
+    server = serve()
+    port = server.server_address[1]
+    thread, box = in_background(args(port))
+    try:
+        time.sleep(2.5)  # the module's start-up, then successes
+        server.shutdown()
+        server.server_close()
+        down = time.time()
+        time.sleep(2.0)
+        server = serve(port)
+        up = time.time()
+        thread.join(90)
+    finally:
+        server.shutdown()
+        server.server_close()
+    res = box["result"]
+    assert res.rc == 0 and res["changed"] is False, res.stdout[-2000:]
+    assert res["ended_by"] == "recovered" and res["recovered"] is True, res.result
+    assert len(res["windows"]) == 1, res["windows"]
+    window = res["windows"][0]
+    # it covers the outage and exceeds it by at most one interval plus one (refused, so fast) request
+    assert window["start"] <= down + 0.3 and window["end"] >= up, (window, down, up)
+    assert up - down <= window["seconds"] <= up - down + 0.2 + 0.5, (window, up - down)
+    assert window["failed_requests"] >= 5 and "unreachable" in window["first_error"], window
+    assert res["unavailable_s"] == res["longest_s"] == window["seconds"]
+    assert "sk-test" not in res.stdout  # the key is no_log
+
+
+def test_a_503_counts_as_down_and_a_stop_file_ends_a_measurement(tmp_path):
+    server = serve()
+    port = server.server_address[1]
+    stop = tmp_path / "stop"
+    stop.write_text("")  # a stale one from an interrupted run: removed at start, must not end this run
+    thread, box = in_background(args(port, stop_file=str(stop), settle=1000))
+    try:
+        time.sleep(2.5)
+        Route.status = 503
+        time.sleep(1.0)
+        Route.status = 200
+        time.sleep(1.0)
+        stop.write_text("")
+        thread.join(60)
+    finally:
+        Route.status = 200
+        server.shutdown()
+        server.server_close()
+    res = box["result"]
+    assert res.rc == 0 and res["ended_by"] == "stopped" and not stop.exists(), res.result
+    assert len(res["windows"]) == 1 and res["windows"][0]["first_error"].startswith("HTTP 503: no running instance")
+    assert 1.0 <= res["windows"][0]["seconds"] <= 1.0 + 0.2 + 0.5, res["windows"]
+
+
+def test_a_route_that_never_comes_back_is_reported_as_not_recovered():
+    ticks = iter(range(10_000))
+    clock = lambda: next(ticks) * 0.5  # noqa: E731 (a clock that advances one interval per reading)
+    answers = iter([None, None, "unreachable"] + ["unreachable"] * 100)
+    got = downtime.measure(lambda: next(answers), interval=0.5, max_seconds=10, settle=3, clock=clock,
+                           wall=clock, sleep=lambda s: None)
+    assert got["ended_by"] == "max_seconds" and got["recovered"] is False, got
+    assert len(got["windows"]) == 1 and got["windows"][0]["first_error"] == "unreachable"
+    assert got["failed_requests"] == got["requests"] - 2
+
+
+def test_bad_settings_are_refused():
+    res = run_module("route_downtime", {"base_url": "http://127.0.0.1:9", "model": "qwen", "interval": 0.01})
+    assert res.failed and "interval must be at least 0.1" in res["msg"], res.result
+
+
+def test_the_upgrade_plays_steps_measure_report_and_leave_nothing(tmp_path):
+    """maintenance's downtime_start / downtime_report, as upgrade_server runs them around the server role."""
+    server = serve()
+    port = server.server_address[1]
+    stop, outage_done, async_dir = tmp_path / "stop", tmp_path / "outage-done", tmp_path / "async"
+    play_vars = {"pairserve_gpustack_api_port": port, "pairserve_gpustack_inference_key": KEY,
+                 "pairserve_upgrade_downtime_model": "qwen", "pairserve_upgrade_downtime_stop_file": str(stop),
+                 "pairserve_upgrade_downtime_interval": 0.2, "ansible_async_dir": str(async_dir)}
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(res=run_local_play(tmp_path, "Downtime", [
+        {"name": "Start", "ansible.builtin.include_role": {"name": "pairserve.llm.maintenance",
+                                                           "tasks_from": "downtime_start"}},
+        # the server role's restart, played by the test below
+        {"name": "Restart", "ansible.builtin.wait_for": {"path": str(outage_done), "timeout": 60}},
+        {"name": "Report", "ansible.builtin.include_role": {"name": "pairserve.llm.maintenance",
+                                                            "tasks_from": "downtime_report"}},
+    ], play_vars, timeout=180)))
+    Route.served = 0
+    thread.start()
+    try:
+        deadline = time.time() + 60
+        while Route.served < 3 and time.time() < deadline:  # the measurement runs
+            time.sleep(0.1)
+        server.shutdown()
+        server.server_close()
+        down = time.time()
+        time.sleep(1.5)
+        server = serve(port)
+        gap = time.time() - down
+        time.sleep(1.0)
+        outage_done.write_text("")
+        thread.join(150)
+    finally:
+        server.shutdown()
+        server.server_close()
+    res = box["res"]
+    assert res.rc == 0, res.stdout[-3000:]
+    msg = " ".join(res.by_task["Report the route's gap while the server restarted"]["msg"].split())
+    seconds = float(msg.split("was unavailable for ")[1].split(" s")[0])
+    assert gap <= seconds <= gap + 0.2 + 0.5, (msg, gap)
+    assert msg.startswith("The route qwen was unavailable for") and "first: unreachable" in msg, msg
+    assert "did NOT answer again" not in msg, msg
+    # the stop file was read and removed, the job's files are gone, and the key never reached the output
+    assert not stop.exists() and not any(async_dir.iterdir()), list(async_dir.iterdir())
+    assert KEY not in res.stdout
