@@ -69,6 +69,49 @@ grep -q "failed=0" "$tmp/play.txt"
 grep -q "replay:$coll/tests/fixtures/nvml/node-a-2x5080.json" "$tmp/play.txt"
 cd "$root"
 
+echo "== deploy only: a fresh venv with ansible-core and the controller's requirements, no test toolchain"
+# What docs/first-install.md ("Controller, deploy only") tells a user who only deploys: ansible-core and
+# meta/ee-requirements.txt with the collection's constraints, the collection from the tarball. The dependencies come
+# from the bootstrap's copies here (Galaxy is unreachable); a user gets them with the collection from Galaxy.
+# meta/ee-requirements.txt pins what the execution environment installs; they must be constraints.txt's pins.
+while IFS= read -r line; do
+  case "$line" in ''|'#'*) continue ;; esac
+  grep -qxF "$line" constraints.txt || { echo "meta/ee-requirements.txt: $line is not constraints.txt's pin" >&2; exit 1; }
+done <meta/ee-requirements.txt
+deploy=$tmp/deploy-venv
+python3 -m venv "$deploy"
+"$deploy/bin/pip" install -q --disable-pip-version-check -c constraints.txt ansible-core -r meta/ee-requirements.txt
+for tool in pytest molecule ansible-lint pytest-testinfra huggingface-hub podman; do
+  if "$deploy/bin/pip" show -q "$tool" >/dev/null 2>&1; then
+    echo "the deploy-only venv carries $tool, which deploying must not need" >&2
+    exit 1
+  fi
+done
+mkdir -p "$tmp/deploy-collections"
+"$deploy/bin/ansible-galaxy" collection install --force --no-deps -p "$tmp/deploy-collections" "$tarball" >/dev/null
+dcoll=$tmp/deploy-collections/ansible_collections/pairserve/llm
+(
+  cd "$tmp"
+  export ANSIBLE_COLLECTIONS_PATH=$tmp/deploy-collections:$tmp/deps PATH=$deploy/bin:/usr/sbin:/usr/bin:/sbin:/bin
+  # The whole site is a valid playbook for that ansible-core, and its inventory check runs on the controller
+  # alone: over the example inventory without its vault, it must list the missing secrets and stop, contacting
+  # no host (the example's addresses are documentation ranges).
+  ansible-playbook -i "$dcoll/inventory/example/hosts.yml" pairserve.llm.site --syntax-check >/dev/null
+  set +e
+  ansible-playbook -i "$dcoll/inventory/example/hosts.yml" pairserve.llm.validate >"$tmp/deploy-validate.txt" 2>&1
+  validate_rc=$?
+  set -e
+  if [ "$validate_rc" = 0 ] || ! grep -q "pairserve_gpustack_admin_password: is not set" "$tmp/deploy-validate.txt" ||
+     ! grep -q "REPLACE-WITH-THE-40-HEX-COMMIT-SHA" "$tmp/deploy-validate.txt" ||
+     grep -q "UNREACHABLE" "$tmp/deploy-validate.txt"; then
+    echo "the validation play from the deploy-only install did not stop on the example's missing secrets alone:" >&2
+    tail -30 "$tmp/deploy-validate.txt" >&2
+    exit 1
+  fi
+  echo "deploy-only venv: $("$deploy/bin/ansible" --version | head -1), $("$deploy/bin/pip" list 2>/dev/null | tail -n +3 | wc -l) packages;" \
+    "site.yml parses; the validation play lists the example's missing secrets, no host contacted"
+)
+
 echo "== execution environment definition"
 ansible-builder create -f execution-environment.yml -c "$tmp/ee-context" >/dev/null
 test -f "$tmp/ee-context/Containerfile"
