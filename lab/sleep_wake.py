@@ -11,7 +11,8 @@ short idle time) on the converged lab; it only watches GPUStack and sends reques
 3. starts a burst of long-prompt requests (lab/route_load.py) so the warm replica's queue passes the
    wake threshold, and times how long the sleeping replica takes to run again and to get its weight back;
 4. reads the controller's own record of the cold start (wakes.jsonl in its state directory on the server
-   node) and writes everything to --result (JSON), printing the figures.
+   node) and its own /metrics (read on the server node, where it listens), and writes everything to --result
+   (JSON), printing the figures.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def wait_for(what: str, check, timeout: float, poll: float = 2.0):
             return time.monotonic() - start, last
         time.sleep(poll)
     raise SystemExit("lab sleep/wake: %s did not happen within %.0f s (last seen: %s)" % (what, timeout, last))
+
+
+def read_controller_metrics(port: int = 10180) -> str:
+    """The controller's /metrics text, fetched on the server node (empty when it does not answer)."""
+    fetch = ("import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/metrics', timeout=10)"
+             ".read().decode(), end='')" % port)
+    out = subprocess.run(["podman", "exec", NODE_A, "python3", "-c", fetch], capture_output=True, text=True,
+                         check=False, timeout=60)
+    return out.stdout if out.returncode == 0 else ""
 
 
 def read_wakes() -> list:
@@ -120,6 +130,7 @@ def main() -> int:
         key_file.unlink(missing_ok=True)
     result["burst"] = json.loads((args.dir / "burst.json").read_text())
     result["wakes"] = read_wakes()
+    result["controller_metrics"] = read_controller_metrics()
     tmp = args.result.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     os.replace(tmp, args.result)

@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Where a Prometheus finds the service's metrics, as a file_sd target list (one owner of the jobs and labels).
 
-Jobs: ``gpustack-server`` (the server's metrics port), ``gpustack-worker`` (each GPU node's worker metrics port) and
-``vllm`` (each running replica's own ``/metrics``, at the address and port GPUStack gave its instance). Every group
+Jobs: ``gpustack-server`` (the server's metrics port), ``gpustack-worker`` (each GPU node's worker metrics port),
+``vllm`` (each running replica's own ``/metrics``, at the address and port GPUStack gave its instance) and, when the
+controller runs, ``pairserve-controller`` (its own ``/metrics`` on the server node). Every group
 carries ``pairserve_host`` (the inventory host); replicas also ``pairserve_replica`` (GPUStack's model name). The
 list is sorted, so the file changes only when a target does.
 """
@@ -36,12 +37,16 @@ def _port(value, what):
 def targets(server, nodes, instances, route_models=None):
     """The file_sd list.
 
-    server: {"host", "address", "metrics_port"}; nodes: {host: {"address", "metrics_port"}}; instances: GPUStack's
+    server: {"host", "address", "metrics_port", "controller_metrics_port" (0 or absent: no controller)}; nodes: {host: {"address", "metrics_port"}}; instances: GPUStack's
     model instances (``model_name``, ``worker_name``, ``worker_ip``, ``port``, ``state``); route_models: the replica
     names the collection registered (others, and instances not running, are left out)."""
     out = [{"targets": ["%s:%d" % (_address(server.get("address"), "server address"),
                                    _port(server.get("metrics_port", SERVER_METRICS_PORT), "server metrics port"))],
             "labels": {"job": "gpustack-server", "pairserve_host": str(server.get("host", ""))}}]
+    if server.get("controller_metrics_port"):
+        out.append({"targets": ["%s:%d" % (_address(server.get("address"), "server address"),
+                                           _port(server["controller_metrics_port"], "controller metrics port"))],
+                    "labels": {"job": "pairserve-controller", "pairserve_host": str(server.get("host", ""))}})
     for host in sorted(nodes):
         node = nodes[host]
         out.append({"targets": ["%s:%d" % (_address(node.get("address"), "%s address" % host),

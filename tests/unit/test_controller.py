@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -660,3 +662,74 @@ def test_a_cold_replica_is_parked_as_the_routes_fallback_and_unparked_when_warm(
     api.set_route_weights(world.route, world.targets, {7: 100, 8: 0})
     assert [(t["id"], t["weight"], t.get("fallback_status_codes")) for t in world.targets] == \
         [(11, 100, ["4xx"]), (12, 0, None)]
+
+
+# -- its own /metrics -----------------------------------------------------------------------------------
+
+def scrape(server, path="/metrics"):
+    """GET path from the controller's metrics server: (status, content type, families parsed by prometheus_client)."""
+    from prometheus_client.parser import text_string_to_metric_families  # pylint: disable=import-outside-toplevel
+    url = "http://127.0.0.1:%d%s" % (server.server_address[1], path)
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+            return resp.status, resp.headers["Content-Type"], {
+                f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+                for f in text_string_to_metric_families(text)}
+    except urllib.error.HTTPError as err:
+        return err.code, None, {}
+
+
+def test_metrics_endpoint_shows_the_decisions_a_sleep_cycle_made(world, tmp_path):
+    clock = [0.0]
+    ctrl = make_controller(world, tmp_path, clock, sleep="true", idle=1)
+    server = ctl.serve_metrics(ctrl.metrics, "127.0.0.1", 0)
+    try:
+        ctrl.tick()
+        status, ctype, fams = scrape(server)
+        assert status == 200 and ctype.startswith("text/plain; version=0.0.4"), ctype
+        assert fams["pairserve_controller_ticks"] == {(): 1.0}
+        assert fams["pairserve_controller_route_weight"] == {
+            (("model", "qwen-node-a"), ("route", "qwen")): 58.0, (("model", "qwen-node-b"), ("route", "qwen")): 42.0}
+        assert fams["pairserve_controller_replica_asleep"] == {(("model", "qwen-node-b"),): 0.0}
+        info = fams["pairserve_controller_info"]
+        assert list(info) == [(("dry_run", "false"), ("mode", "queue_aware"), ("route", "qwen"), ("sleep", "true"))]
+        clock[0] = 61
+        ctrl.tick()                                   # idle: weight 0 first
+        clock[0] = 62
+        ctrl.tick()                                   # then scaled to zero
+        _status, _ctype, fams = scrape(server)
+        assert fams["pairserve_controller_ticks"] == {(): 3.0}
+        assert fams["pairserve_controller_replica_asleep"] == {(("model", "qwen-node-b"),): 1.0}
+        assert fams["pairserve_controller_route_weight"][(("model", "qwen-node-b"), ("route", "qwen"))] == 0.0
+        assert fams["pairserve_controller_weight_updates"] == {(("route", "qwen"),): 1.0}
+        assert fams["pairserve_controller_replica_scalings"] == {(("model", "qwen-node-b"), ("to", "0")): 1.0}
+        assert fams["pairserve_controller_replica_ready"][(("model", "qwen-node-a"),)] == 1.0
+        world.metrics[7] = vllm_metrics(waiting=5, running=8)
+        clock[0] = 105
+        ctrl.tick()                                   # pressure on A: wake B
+        world.instance_state[8] = "running"
+        clock[0] = 517.5
+        ctrl.tick()
+        _status, _ctype, fams = scrape(server)
+        assert fams["pairserve_controller_wakes"] == {(("model", "qwen-node-b"),): 1.0}
+        assert fams["pairserve_controller_last_wake_seconds"] == {(("model", "qwen-node-b"),): 412.5}
+        assert fams["pairserve_controller_replica_requests_waiting"][(("model", "qwen-node-a"),)] == 5.0
+        assert fams["pairserve_controller_replica_asleep"] == {(("model", "qwen-node-b"),): 0.0}
+        assert scrape(server, "/other")[0] == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_failed_tick_is_counted_and_the_metrics_port_is_checked(world, tmp_path):
+    ctrl = make_controller(world, tmp_path, [0.0])
+    ctrl.route_name = "nope"
+    assert ctl._loop(ctrl, True, 5) == 1  # pylint: disable=protected-access
+    assert ctrl.metrics.value("pairserve_controller_tick_errors_total") == 1.0
+    assert ctrl.metrics.value("pairserve_controller_ticks_total") == 0.0
+    ini = tmp_path / "c.ini"
+    ini.write_text(INI.format(port=world.port, wake_log="", sleep="false", idle=30).replace(
+        "hold = 0", "hold = 0\nmetrics_address = 127.0.0.1\nmetrics_port = 70000"))
+    with pytest.raises(ValueError, match="metrics_port must be 0 .off. or a TCP port, got 70000"):
+        ctl.check_config(ctl.read_config(str(ini)))

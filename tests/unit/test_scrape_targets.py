@@ -41,6 +41,16 @@ def test_one_group_per_endpoint_in_a_stable_order():
     assert len(st.targets(SERVER, NODES, INSTANCES)) == 6
 
 
+def test_the_controller_is_listed_only_when_it_runs():
+    with_ctl = st.targets(dict(SERVER, controller_metrics_port=10180), NODES, [], [])
+    assert with_ctl[1] == {"targets": ["192.0.2.10:10180"],
+                           "labels": {"job": "pairserve-controller", "pairserve_host": "node-a"}}
+    assert [g["labels"]["job"] for g in st.targets(dict(SERVER, controller_metrics_port=0), NODES, [], [])] == [
+        "gpustack-server", "gpustack-worker", "gpustack-worker"]
+    with pytest.raises(st.TargetsError, match="controller metrics port"):
+        st.targets(dict(SERVER, controller_metrics_port=70000), NODES, [], [])
+
+
 def test_ipv6_addresses_are_bracketed():
     got = st.targets({"host": "a", "address": "2001:db8::10", "metrics_port": 10161}, {}, [])
     assert got[0]["targets"] == ["[2001:db8::10]:10161"]

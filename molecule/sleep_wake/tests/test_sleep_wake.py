@@ -52,6 +52,21 @@ def test_the_burst_woke_it_and_the_controller_recorded_the_cold_start(result):
     assert f"cold start of {SLEEPER} took" in journal, journal[-2000:]
 
 
+def test_the_controllers_metrics_show_the_sleep_and_the_wake(result):
+    from prometheus_client.parser import text_string_to_metric_families  # pylint: disable=import-outside-toplevel
+    text = result.get("controller_metrics") or ""
+    assert text, "the controller's /metrics did not answer on the server node"
+    fams = {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+            for f in text_string_to_metric_families(text)}
+    me = (("model", SLEEPER),)
+    assert fams["pairserve_controller_replica_scalings"][(("model", SLEEPER), ("to", "0"))] >= 1, fams
+    assert fams["pairserve_controller_replica_scalings"][(("model", SLEEPER), ("to", "1"))] >= 1, fams
+    assert fams["pairserve_controller_wakes"][me] >= 1 and fams["pairserve_controller_replica_asleep"][me] == 0
+    wakes = [w for w in result["wakes"] if w["replica"] == SLEEPER]
+    assert fams["pairserve_controller_last_wake_seconds"][me] == pytest.approx(wakes[-1]["seconds"], abs=0.1)
+    assert fams["pairserve_controller_tick_errors"][()] == 0 and fams["pairserve_controller_ticks"][()] > 10
+
+
 def test_no_request_failed_during_the_burst(result):
     assert result["burst"]["requests"] > 0
     assert result["burst"]["failed"] == 0, json.dumps(result["burst"], indent=1)

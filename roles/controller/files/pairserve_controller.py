@@ -32,10 +32,12 @@ import math
 import re
 import signal
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOG = logging.getLogger("pairserve_controller")
 
@@ -621,7 +623,7 @@ def policy_from_config(cfg):
 KNOWN_KEYS = {
     "gpustack": ("url", "api_key", "api_key_file", "route", "timeout"),
     "controller": ("mode", "interval", "horizon", "min_weight", "max_weight", "min_change", "hold",
-                   "prior_prompt_tokens", "prior_generation_tokens", "wake_log"),
+                   "prior_prompt_tokens", "prior_generation_tokens", "wake_log", "metrics_address", "metrics_port"),
     "sleep": ("enabled", "replica", "idle_minutes", "wake_waiting", "wake_prompt_tokens", "drain_grace",
               "wake_timeout"),
     "replica": ("prefill_tps", "decode_tps", "static_weight", "metrics_url", "served_model_name"),
@@ -667,6 +669,9 @@ def check_config(cfg):
                          % (policy.min_weight, policy.max_weight))
     if policy.min_change < 1:
         raise ValueError("config: [controller] min_change must be at least 1 weight point")
+    port = _num(ctl, "metrics_port", 0, int)
+    if not 0 <= port <= 65535:
+        raise ValueError("config: [controller] metrics_port must be 0 (off) or a TCP port, got %d" % port)
     wake_log = ctl.get("wake_log")
     if wake_log and not wake_log.startswith("/"):
         raise ValueError("config: [controller] wake_log = %r must be an absolute path" % wake_log)
@@ -690,6 +695,92 @@ def describe_policy(policy, cfg):
     if policy.sleep_enabled:
         sleep = "sleep %s after %g min idle" % (policy.sleeper, policy.idle_s / 60.0)
     return "route %s, mode %s, replicas %s, %s" % (cfg["gpustack"].get("route"), policy.mode, reps, sleep)
+
+
+# -- its own /metrics ----------------------------------------------------------------------------------
+
+# name: (type, help). Every series the controller exposes; docs/controller.md lists them with what they mean.
+EXPOSED = {
+    "pairserve_controller_info": ("gauge", "The controller's route and mode (always 1)."),
+    "pairserve_controller_ticks_total": ("counter", "Observations that completed (metrics read, decision made)."),
+    "pairserve_controller_tick_errors_total": ("counter", "Observations that failed (GPUStack or a replica unreachable)."),
+    "pairserve_controller_last_tick_timestamp_seconds": ("gauge", "Unix time of the last completed observation."),
+    "pairserve_controller_route_weight": ("gauge", "The weight the controller last set or found on each route target."),
+    "pairserve_controller_weight_updates_total": ("counter", "Route weight changes the controller made."),
+    "pairserve_controller_replica_ready": ("gauge", "1 when the replica runs and its metrics answered."),
+    "pairserve_controller_replica_requests_waiting": ("gauge", "Requests waiting on the replica (vLLM)."),
+    "pairserve_controller_replica_requests_running": ("gauge", "Requests running on the replica (vLLM)."),
+    "pairserve_controller_replica_asleep": ("gauge", "1 while the sleep replica is scaled to zero."),
+    "pairserve_controller_replica_scalings_total": ("counter", "Replica count changes (to=0 sleep, to=1 wake)."),
+    "pairserve_controller_wakes_total": ("counter", "Cold starts of the sleep replica that completed."),
+    "pairserve_controller_last_wake_seconds": ("gauge", "Seconds the last cold start took, wake to running."),
+}
+
+
+def _label_text(labels):
+    if not labels:
+        return ""
+    return "{%s}" % ",".join('%s="%s"' % (k, str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
+                             for k, v in labels)
+
+
+class Exposition:
+    """The controller's decisions as Prometheus text (exposition format 0.0.4); thread-safe, served on /metrics."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        # (name, ((label, value), ...)) -> number; the unlabelled counters start at 0, so a scrape shows them
+        self._values = {(name, ()): 0.0 for name in ("pairserve_controller_ticks_total",
+                                                     "pairserve_controller_tick_errors_total")}
+
+    def set(self, name, value, **labels):
+        with self._lock:
+            self._values[(name, tuple(sorted(labels.items())))] = float(value)
+
+    def inc(self, name, by=1, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        with self._lock:
+            self._values[key] = self._values.get(key, 0.0) + by
+
+    def value(self, name, **labels):
+        with self._lock:
+            return self._values.get((name, tuple(sorted(labels.items()))))
+
+    def render(self):
+        with self._lock:
+            values = dict(self._values)
+        lines = []
+        for name, (kind, text) in EXPOSED.items():
+            series = sorted((labels, v) for (n, labels), v in values.items() if n == name)
+            if not series:
+                continue
+            lines += ["# HELP %s %s" % (name, text), "# TYPE %s %s" % (name, kind)]
+            lines += ["%s%s %s" % (name, _label_text(labels), repr(v)) for labels, v in series]
+        return "\n".join(lines) + "\n"
+
+
+def serve_metrics(exposition, address, port):
+    """Serve ``exposition`` on http://address:port/metrics from a daemon thread; returns the server (shutdown())."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            if self.path.split("?", 1)[0] != "/metrics":
+                self.send_error(404, "only /metrics is served")
+                return
+            body = exposition.render().encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # scrapes every few seconds: not worth a journal line each
+            pass
+
+    server = ThreadingHTTPServer((address, int(port)), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
 
 
 # -- I/O ------------------------------------------------------------------------------------------------
@@ -857,6 +948,10 @@ class Controller:
         self.state = None
         self.wake_log = cfg["controller"].get("wake_log")
         self.wakes = []
+        self.metrics = Exposition()
+        self.metrics.set("pairserve_controller_info", 1, route=self.route_name, mode=self.policy.mode,
+                         sleep="true" if self.policy.sleep_enabled else "false",
+                         dry_run="true" if dry_run else "false")
 
     def _models(self):
         models = self.api.models_by_name()
@@ -914,7 +1009,23 @@ class Controller:
         self.state, actions = step(self.state, inputs, self.policy)
         for action in actions:
             self.apply(action, route, targets, models)
+        self._expose(inputs)
         return actions
+
+    def _expose(self, inputs):
+        """What this tick saw and decided, for /metrics."""
+        m, state = self.metrics, self.state
+        m.inc("pairserve_controller_ticks_total")
+        m.set("pairserve_controller_last_tick_timestamp_seconds", time.time())
+        for name in self.policy.names:
+            if name in (state.weights or {}):
+                m.set("pairserve_controller_route_weight", state.weights[name], route=self.route_name, model=name)
+            m.set("pairserve_controller_replica_ready", 1 if inputs.ready.get(name) else 0, model=name)
+            load = inputs.loads.get(name)
+            m.set("pairserve_controller_replica_requests_waiting", load.waiting if load else 0, model=name)
+            m.set("pairserve_controller_replica_requests_running", load.running if load else 0, model=name)
+        if self.policy.sleep_enabled:
+            m.set("pairserve_controller_replica_asleep", 1 if state.phase == SLEEPING else 0, model=self.policy.sleeper)
 
     def _resync(self, models, inputs, current):
         """Adopt what changed in GPUStack outside the controller since the last tick, so ``step`` corrects it.
@@ -947,6 +1058,8 @@ class Controller:
         if action.kind == "record_wake":
             record = {"replica": action.replica, "seconds": round(action.seconds, 1), "at": time.time()}
             self.wakes.append(record)
+            self.metrics.inc("pairserve_controller_wakes_total", model=action.replica)
+            self.metrics.set("pairserve_controller_last_wake_seconds", round(action.seconds, 3), model=action.replica)
             LOG.info("cold start of %s took %.1f s", action.replica, action.seconds)
             if self.wake_log and not self.dry_run:
                 with open(self.wake_log, "a", encoding="utf-8") as handle:
@@ -958,10 +1071,13 @@ class Controller:
                      ", ".join("%s=%d" % kv for kv in action.weights.items()))
             if not self.dry_run:
                 self.api.set_route_weights(route, targets, {models[n]["id"]: w for n, w in action.weights.items()})
+                self.metrics.inc("pairserve_controller_weight_updates_total", route=self.route_name)
         elif action.kind == "set_replicas":
             LOG.info("%sset %s replicas=%d", prefix, action.replica, action.replicas)
             if not self.dry_run:
                 self.api.set_replicas(models[action.replica]["id"], action.replicas)
+                self.metrics.inc("pairserve_controller_replica_scalings_total", model=action.replica,
+                                 to=str(action.replicas))
         else:
             raise ValueError("unknown action %r" % (action,))
 
@@ -1001,6 +1117,25 @@ def main(argv=None):
         LOG.error("cannot start: %s", err)
         return 2
     interval = args.interval or _num(cfg["controller"], "interval", 5)
+    port = 0 if args.once else _num(cfg["controller"], "metrics_port", 0, int)
+    server = None
+    if port:
+        address = cfg["controller"].get("metrics_address") or "127.0.0.1"
+        try:
+            server = serve_metrics(ctl.metrics, address, port)
+        except OSError as err:
+            LOG.error("cannot serve /metrics on %s:%s: %s", address, port, err)
+            return 2
+        LOG.info("serving /metrics on %s:%s", address, port)
+    try:
+        return _loop(ctl, args.once, interval)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def _loop(ctl, once, interval):
     stop = []
     signal.signal(signal.SIGTERM, lambda _sig, _frm: stop.append(True))
     while True:
@@ -1008,9 +1143,10 @@ def main(argv=None):
             ctl.tick()
         except (ApiError, ValueError) as err:
             LOG.error("tick failed: %s", err)
-            if args.once:
+            ctl.metrics.inc("pairserve_controller_tick_errors_total")
+            if once:
                 return 1
-        if args.once or stop:
+        if once or stop:
             return 0
         deadline = time.monotonic() + interval
         while not stop and time.monotonic() < deadline:
