@@ -115,7 +115,7 @@ def run_playbook(playbook: str | Path, *, inventory: str | Path | None = None, e
 
 
 def run_local_play(directory: str | Path, name: str, tasks: list, play_vars: dict | None = None,
-                   timeout: float = 300) -> Result:
+                   timeout: float = 300, env: dict | None = None) -> Result:
     """One play on localhost (local connection, no facts) written to DIRECTORY/play.yml and run: the way the tests
     run a filter or a role's task file through real Ansible. `.by_task` maps each task's name to its result."""
     play = {"name": name, "hosts": "localhost", "gather_facts": False, "connection": "local", "tasks": tasks}
@@ -123,4 +123,4 @@ def run_local_play(directory: str | Path, name: str, tasks: list, play_vars: dic
         play["vars"] = play_vars
     playbook = Path(directory) / "play.yml"
     playbook.write_text(yaml.safe_dump([play]), encoding="utf-8")
-    return run_playbook(playbook, timeout=timeout)
+    return run_playbook(playbook, timeout=timeout, env=env)

@@ -73,11 +73,13 @@ if action == "restart":
         out.write("restart\n")
 '''
 
-# The node's container runtime, as far as runner_image asks it: an NVIDIA runtime, and the 0.25.1 runner
-# images present (nothing else, nothing pulled).
+# The node's container runtime, as far as runner_image asks it: the NVIDIA runtime as Docker's default, the 0.25.1
+# runner images present (nothing else, nothing pulled), and a GPU container that sees the GPUs named in
+# NVIDIA_VISIBLE_DEVICES (what the NVIDIA runtime gives it; nvidia-smi in it lists them).
 DOCKER_SHIM = r'''#!/bin/sh
 case "$1" in
-  info) echo '{"Runtimes": {"runc": {}, "nvidia": {}}, "CDISpecDirs": []}' ;;
+  info) echo '{"DefaultRuntime": "nvidia", "Runtimes": {"runc": {}, "nvidia": {}}, "CDISpecDirs": []}' ;;
+  run) for a in "$@"; do case "$a" in --env=NVIDIA_VISIBLE_DEVICES=*) echo "${a#*=*=}" | tr ',' '\n' ;; esac; done ;;
   image) case "$3" in *vllm0.25.1*) echo '[{}]' ;; *) echo "Error: No such image: $3" >&2; exit 1 ;; esac ;;
   *) echo "docker stand-in: $* is not available in the test" >&2; exit 1 ;;
 esac
