@@ -138,6 +138,8 @@ def test_api_keys_are_scoped(node_a, secrets):
         (NODE_A, "/etc/gpustack/server.yaml", 0o640, "root", "gpustack"),
         (NODE_A, "/etc/gpustack-worker/worker.yaml", 0o600, "root", "root"),
         (NODE_B, "/etc/gpustack-worker/worker.yaml", 0o600, "root", "root"),
+        (NODE_A, "/etc/pairserve/firewall.nft", 0o600, "root", "root"),
+        (NODE_B, "/etc/pairserve/firewall.nft", 0o600, "root", "root"),
     ],
 )
 def test_secret_files_are_private(node, path, mode, owner, group):
