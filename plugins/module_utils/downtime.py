@@ -65,3 +65,16 @@ def measure(attempt, interval=0.5, max_seconds=900.0, settle=3, stop=None, clock
         "ended_by": ended_by,
         "duration_s": round(clock() - start, 3),
     }
+
+
+def details(figures):
+    """The windows and counts of ``measure``'s figures as the end of a sentence: `` (10:02:11Z-10:02:25Z, 28
+    failed, first: ...); 28 of 41 requests failed.``, plus a warning when the route did not come back."""
+    spans = ["%s-%s, %d failed, first: %s" % (time.strftime("%H:%M:%SZ", time.gmtime(w["start"])),
+                                              time.strftime("%H:%M:%SZ", time.gmtime(w["end"])),
+                                              w["failed_requests"], w["first_error"]) for w in figures["windows"]]
+    text = (" (%s)" % "; ".join(spans)) if spans else ""
+    text += "; %d of %d requests failed." % (figures["failed_requests"], figures["requests"])
+    if not figures["recovered"]:
+        text += " It did NOT answer again before the measurement ended."
+    return text

@@ -132,6 +132,11 @@ recovered:
   description: False when the route still did not answer when the measurement ended.
   type: bool
   returned: always
+details:
+  description: The windows (UTC times, failed requests, the first error) and the counts, as the end of a sentence.
+  type: str
+  returned: always
+  sample: " (10:02:11Z-10:02:25Z, 28 failed, first: unreachable: [Errno 111] Connection refused); 28 of 41 requests failed."
 ended_by:
   description: C(recovered), C(stopped) (O(stop_file)) or C(max_seconds).
   type: str
@@ -199,7 +204,7 @@ def main():
 
     figures = downtime.measure(attempt, interval=p["interval"], max_seconds=p["max_seconds"], settle=p["settle"],
                                stop=stop)
-    module.exit_json(changed=False, **figures)
+    module.exit_json(changed=False, details=downtime.details(figures), **figures)
 
 
 if __name__ == "__main__":

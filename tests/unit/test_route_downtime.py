@@ -122,6 +122,9 @@ def test_a_route_that_never_comes_back_is_reported_as_not_recovered():
     assert got["ended_by"] == "max_seconds" and got["recovered"] is False, got
     assert len(got["windows"]) == 1 and got["windows"][0]["first_error"] == "unreachable"
     assert got["failed_requests"] == got["requests"] - 2
+    text = downtime.details(got)
+    assert text.endswith("requests failed. It did NOT answer again before the measurement ended."), text
+    assert ", %d failed, first: unreachable)" % got["failed_requests"] in text, text
 
 
 def test_bad_settings_are_refused():
