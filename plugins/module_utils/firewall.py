@@ -57,8 +57,9 @@ def source(value, variable="pairserve_firewall_allowed_sources"):
 
 def sources(derived, extra):
     """The allowed sources: loopback, the derived addresses (server, controller, Ansible controller; each a string
-    or {"value", "origin"} naming the fact it was read from, for the error; empty and duplicate entries dropped) and the user's ``extra`` list, as {"ipv4": [...], "ipv6": [...]} of networks in
-    a stable order with no entry inside another (nftables refuses overlapping interval elements)."""
+    or {"value", "origin"} naming the fact it was read from, for the error; empty and duplicate entries dropped)
+    and the user's ``extra`` list, as {"ipv4": [...], "ipv6": [...]} of networks in a stable order with no entry
+    inside another (nftables refuses overlapping interval elements)."""
     if not isinstance(extra, (list, tuple)):
         raise FirewallError("pairserve_firewall_allowed_sources: expected a list of addresses or networks, got %s"
                             % type(extra).__name__)

@@ -37,9 +37,10 @@ def _port(value, what):
 def targets(server, nodes, instances, route_models=None):
     """The file_sd list.
 
-    server: {"host", "address", "metrics_port", "controller_metrics_port" (0 or absent: no controller)}; nodes: {host: {"address", "metrics_port"}}; instances: GPUStack's
-    model instances (``model_name``, ``worker_name``, ``worker_ip``, ``port``, ``state``); route_models: the replica
-    names the collection registered (others, and instances not running, are left out)."""
+    server: {"host", "address", "metrics_port", "controller_metrics_port" (0 or absent: no controller)};
+    nodes: {host: {"address", "metrics_port"}}; instances: GPUStack's model instances (``model_name``,
+    ``worker_name``, ``worker_ip``, ``port``, ``state``); route_models: the replica names the collection
+    registered (others, and instances not running, are left out)."""
     out = [{"targets": ["%s:%d" % (_address(server.get("address"), "server address"),
                                    _port(server.get("metrics_port", SERVER_METRICS_PORT), "server metrics port"))],
             "labels": {"job": "gpustack-server", "pairserve_host": str(server.get("host", ""))}}]

@@ -98,7 +98,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 unavailable_s:
-  description: Seconds in which no request through the route succeeded (the sum of O(windows)).
+  description: Seconds in which no request through the route succeeded (the sum of RV(windows)).
   type: float
   returned: always
   sample: 14.2

@@ -115,7 +115,10 @@ def test_a_503_counts_as_down_and_a_stop_file_ends_a_measurement(tmp_path):
 
 def test_a_route_that_never_comes_back_is_reported_as_not_recovered():
     ticks = iter(range(10_000))
-    clock = lambda: next(ticks) * 0.5  # noqa: E731 (a clock that advances one interval per reading)
+
+    def clock():  # advances one interval per reading
+        return next(ticks) * 0.5
+
     answers = iter([None, None, "unreachable"] + ["unreachable"] * 100)
     got = downtime.measure(lambda: next(answers), interval=0.5, max_seconds=10, settle=3, clock=clock,
                            wall=clock, sleep=lambda s: None)

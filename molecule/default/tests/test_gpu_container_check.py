@@ -48,8 +48,8 @@ def test_a_gpu_the_container_does_not_receive_fails_naming_it_and_a_whole_pair_p
     assert failed, run.stdout[-4000:]
     block = failed.group(0)
     # node-a: the container saw its first GPU only, and the message names the one it did not receive
-    assert re.search(r"failed: \[node-a\].{0,8000}?the container saw %s; missing %s" % (re.escape(kept),
-                                                                                  re.escape(dropped)), block), block
+    saw = r"failed: \[node-a\].{0,8000}?the container saw %s; missing %s" % (re.escape(kept), re.escape(dropped))
+    assert re.search(saw, block), block
     assert "nvidia.com/gpu=<UUID>" in block and "nvidia-ctk cdi generate" in block, block
     # node-b: its pair's container saw both of its GPUs
     assert re.search(r"ok: \[node-b\] => \(item=pair 0\)", block), block
