@@ -88,7 +88,8 @@ for tool in pytest molecule ansible-lint pytest-testinfra huggingface-hub podman
   fi
 done
 mkdir -p "$tmp/deploy-collections"
-"$deploy/bin/ansible-galaxy" collection install --force --no-deps -p "$tmp/deploy-collections" "$tarball" >/dev/null
+ANSIBLE_COLLECTIONS_PATH=$tmp/deploy-collections \
+  "$deploy/bin/ansible-galaxy" collection install --force --no-deps -p "$tmp/deploy-collections" "$tarball" >/dev/null
 dcoll=$tmp/deploy-collections/ansible_collections/pairserve/llm
 (
   cd "$tmp"
