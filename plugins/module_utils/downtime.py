@@ -5,7 +5,8 @@
 A window opens when a request fails after a success (or the first request fails) and closes when the next request
 succeeds; its length runs from the failed request's start to the successful one's end, so it never understates the
 gap (it can overstate it by at most one interval and one request). The loop ends once the route has answered
-``settle`` times in a row after a window, when ``stop()`` says so, or after ``max_seconds``.
+``settle`` times in a row after a window, when ``stop()`` says so (right away while the route answers; during a
+window, once it answers again or ``stop_grace`` seconds later), or after ``max_seconds``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 import time
 
 
-def measure(attempt, interval=0.5, max_seconds=900.0, settle=3, stop=None, clock=time.monotonic, wall=time.time,
-            sleep=time.sleep):
+def measure(attempt, interval=0.5, max_seconds=900.0, settle=3, stop=None, stop_grace=120.0, clock=time.monotonic,
+            wall=time.time, sleep=time.sleep):
     """Run ``attempt()`` (returns None on success, else a short error text) until the loop ends; return the figures.
 
     {"requests", "failed_requests", "windows": [{"start", "end" (epoch seconds), "seconds", "failed_requests",
@@ -25,6 +26,7 @@ def measure(attempt, interval=0.5, max_seconds=900.0, settle=3, stop=None, clock
     windows, open_window = [], None
     requests = failed = successes_after = 0
     ended_by = "max_seconds"
+    stop_by = None  # when stop() came during a window: the latest moment to end it
     while True:
         began_mono, began_wall = clock(), wall()
         error = attempt()
@@ -45,7 +47,9 @@ def measure(attempt, interval=0.5, max_seconds=900.0, settle=3, stop=None, clock
             if open_window is None:
                 open_window = {"start": began_wall, "failed_requests": 0, "first_error": str(error)[:300]}
             open_window["failed_requests"] += 1
-        if stop is not None and stop():
+        if stop_by is None and stop is not None and stop():
+            stop_by = clock() + stop_grace
+        if stop_by is not None and (open_window is None or clock() >= stop_by):
             ended_by = "stopped"
             break
         if clock() - start >= max_seconds:

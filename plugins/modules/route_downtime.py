@@ -16,7 +16,8 @@ description:
     request).
   - Meant to run in the background (C(async), C(poll=0)) right before a restart, and to be read with
     C(ansible.builtin.async_status) after it. It ends by itself once the route has answered O(settle) times in a
-    row after a window, when O(stop_file) appears (it removes it), or after O(max_seconds).
+    row after a window, when O(stop_file) appears (it removes it; during a window it first waits up to
+    O(stop_grace) seconds for the route to answer again), or after O(max_seconds).
   - C(playbooks/upgrade.yml) runs it around the GPUStack server's restart and prints the figure (every request
     goes through that one server, so its restart is the route's one gap).
   - Sends requests only; changes nothing (C(changed) is always false).
@@ -54,6 +55,12 @@ options:
     description: Successful requests in a row after a window that end the measurement.
     type: int
     default: 3
+  stop_grace:
+    description:
+      - Seconds a measurement told to stop (O(stop_file)) while the route does not answer keeps going, so that the
+        gap is measured to its end (a server that answers its health check may take a moment more for routes).
+    type: float
+    default: 120
   stop_file:
     description:
       - A path whose appearance ends the measurement (checked after each request); the module removes it. A stale one
@@ -138,7 +145,7 @@ details:
   returned: always
   sample: " (10:02:11Z-10:02:25Z, 28 failed, first: unreachable: [Errno 111] Connection refused); 28 of 41 requests failed."
 ended_by:
-  description: C(recovered), C(stopped) (O(stop_file)) or C(max_seconds).
+  description: C(recovered), C(stopped) (O(stop_file), and the route answered or O(stop_grace) ran out) or C(max_seconds).
   type: str
   returned: always
 requests:
@@ -173,15 +180,17 @@ def main():
             max_seconds=dict(type="int", default=900),
             settle=dict(type="int", default=3),
             stop_file=dict(type="path"),
+            stop_grace=dict(type="float", default=120.0),
             validate_certs=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    if p["interval"] < 0.1 or p["request_timeout"] <= 0 or p["max_seconds"] < 1 or p["settle"] < 1:
+    if p["interval"] < 0.1 or p["request_timeout"] <= 0 or p["max_seconds"] < 1 or p["settle"] < 1 \
+            or p["stop_grace"] < 0:
         module.fail_json(msg="interval must be at least 0.1, request_timeout above 0, max_seconds and settle at "
-                             "least 1 (got %s, %s, %s, %s)" % (p["interval"], p["request_timeout"], p["max_seconds"],
-                                                               p["settle"]))
+                             "least 1, stop_grace not negative (got %s, %s, %s, %s, %s)"
+                             % (p["interval"], p["request_timeout"], p["max_seconds"], p["settle"], p["stop_grace"]))
     stop_file = p["stop_file"]
     if stop_file and os.path.lexists(stop_file):
         os.unlink(stop_file)  # an earlier run's, never read: it must not end this one
@@ -203,7 +212,7 @@ def main():
         return False
 
     figures = downtime.measure(attempt, interval=p["interval"], max_seconds=p["max_seconds"], settle=p["settle"],
-                               stop=stop)
+                               stop=stop, stop_grace=p["stop_grace"])
     module.exit_json(changed=False, details=downtime.details(figures), **figures)
 
 

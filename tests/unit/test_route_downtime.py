@@ -113,6 +113,32 @@ def test_a_503_counts_as_down_and_a_stop_file_ends_a_measurement(tmp_path):
     assert 1.0 <= res["windows"][0]["seconds"] <= 1.0 + 0.2 + 0.5, res["windows"]
 
 
+def test_told_to_stop_while_the_route_is_down_it_measures_the_gap_to_its_end(tmp_path):
+    server = serve()
+    port = server.server_address[1]
+    stop = tmp_path / "stop"
+    thread, box = in_background(args(port, stop_file=str(stop), settle=1000))
+    try:
+        deadline = time.time() + 60
+        Route.served = 0
+        while Route.served < 3 and time.time() < deadline:
+            time.sleep(0.1)
+        server.shutdown()
+        server.server_close()
+        time.sleep(0.5)
+        stop.write_text("")  # the play is done with the restart, the route does not answer yet
+        time.sleep(1.5)
+        server = serve(port)
+        back = time.time()
+        thread.join(60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    res = box["result"]
+    assert res["ended_by"] == "stopped" and res["recovered"] is True and not stop.exists(), res.result
+    assert len(res["windows"]) == 1 and res["windows"][0]["end"] >= back, (res["windows"], back)
+
+
 def test_a_route_that_never_comes_back_is_reported_as_not_recovered():
     ticks = iter(range(10_000))
 
@@ -127,6 +153,13 @@ def test_a_route_that_never_comes_back_is_reported_as_not_recovered():
     assert got["failed_requests"] == got["requests"] - 2
     text = downtime.details(got)
     assert text.endswith("requests failed. It did NOT answer again before the measurement ended."), text
+    # told to stop during the outage: it keeps measuring for stop_grace, then ends with the window still open
+    ticks = iter(range(10_000))
+    answers = iter(["unreachable"] * 100)
+    stopped = downtime.measure(lambda: next(answers), interval=0.5, max_seconds=60, stop=lambda: True, stop_grace=2,
+                               clock=clock, wall=clock, sleep=lambda s: None)
+    assert stopped["ended_by"] == "stopped" and stopped["recovered"] is False, stopped
+    assert stopped["duration_s"] >= 2 and stopped["requests"] < 10, stopped  # ended by the grace, not max_seconds
     assert ", %d failed, first: unreachable)" % got["failed_requests"] in text, text
 
 
