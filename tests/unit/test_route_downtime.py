@@ -48,6 +48,26 @@ def serve(port=0):
     return server
 
 
+def wait_served(count=3, timeout=60):
+    """Until the route has answered COUNT more requests: the measurement runs."""
+    Route.served, deadline = 0, time.time() + timeout
+    while Route.served < count and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def outage(server, seconds, during=None):
+    """Take SERVER away for SECONDS (calling DURING half-way), then serve again on its port: (new server, down, up)."""
+    port = server.server_address[1]
+    server.shutdown()
+    server.server_close()
+    down = time.time()
+    time.sleep(seconds / 2)
+    if during:
+        during()
+    time.sleep(seconds / 2)
+    return serve(port), down, time.time()
+
+
 def in_background(args):
     box = {}
     thread = threading.Thread(target=lambda: box.update(result=run_module("route_downtime", args, timeout=120)))
@@ -65,13 +85,8 @@ def test_a_server_that_goes_away_and_comes_back_gives_one_window_covering_the_ou
     port = server.server_address[1]
     thread, box = in_background(args(port))
     try:
-        time.sleep(2.5)  # the module's start-up, then successes
-        server.shutdown()
-        server.server_close()
-        down = time.time()
-        time.sleep(2.0)
-        server = serve(port)
-        up = time.time()
+        wait_served()
+        server, down, up = outage(server, 2.0)
         thread.join(90)
     finally:
         server.shutdown()
@@ -119,17 +134,9 @@ def test_told_to_stop_while_the_route_is_down_it_measures_the_gap_to_its_end(tmp
     stop = tmp_path / "stop"
     thread, box = in_background(args(port, stop_file=str(stop), settle=1000))
     try:
-        deadline = time.time() + 60
-        Route.served = 0
-        while Route.served < 3 and time.time() < deadline:
-            time.sleep(0.1)
-        server.shutdown()
-        server.server_close()
-        time.sleep(0.5)
-        stop.write_text("")  # the play is done with the restart, the route does not answer yet
-        time.sleep(1.5)
-        server = serve(port)
-        back = time.time()
+        wait_served()
+        # the play is done with the restart half-way through, while the route does not answer yet
+        server, _down, back = outage(server, 2.0, during=lambda: stop.write_text(""))
         thread.join(60)
     finally:
         server.shutdown()
@@ -185,18 +192,11 @@ def test_the_upgrade_plays_steps_measure_report_and_leave_nothing(tmp_path):
         {"name": "Report", "ansible.builtin.include_role": {"name": "pairserve.llm.maintenance",
                                                             "tasks_from": "downtime_report"}},
     ], play_vars, timeout=180)))
-    Route.served = 0
     thread.start()
     try:
-        deadline = time.time() + 60
-        while Route.served < 3 and time.time() < deadline:  # the measurement runs
-            time.sleep(0.1)
-        server.shutdown()
-        server.server_close()
-        down = time.time()
-        time.sleep(1.5)
-        server = serve(port)
-        gap = time.time() - down
+        wait_served()
+        server, down, up = outage(server, 1.5)
+        gap = up - down
         time.sleep(1.0)
         outage_done.write_text("")
         thread.join(150)
