@@ -47,9 +47,16 @@ options:
     default: 3
   validate_certs:
     description:
-      - Verify the server's TLS certificate. Only set to V(false) on a trusted network with a self-signed certificate.
+      - Verify the server's TLS certificate, against O(ca_path) when it is set, else against the system trust store.
+      - For a server whose certificate a private CA signed, give that CA in O(ca_path) and keep this V(true).
     type: bool
     default: true
+  ca_path:
+    description:
+      - PEM file of the CA that signed the server's certificate; the system trust store when not set. Ignored for
+        V(http://) URLs and with O(validate_certs=false), but a path given must be a readable PEM file either way.
+      - With it only the CAs of that file are trusted, as with O(ansible.builtin.uri#module:ca_path).
+    type: path
 notes:
   - Errors quote GPUStack's own message and return its HTTP status as RV(ignore:status) and the message as RV(ignore:server_message).
   - Written against GPUStack 2.2.3; see C(docs/gpustack-api.md) in the collection for the quirks the modules encode.

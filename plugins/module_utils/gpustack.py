@@ -21,7 +21,12 @@ from http.cookiejar import CookieJar
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlencode, quote
-from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import reusable_request
+from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import (
+    CaPathError,
+    cert_verify_error,
+    cert_verify_message,
+    reusable_request,
+)
 
 # The environment every replica gets from the seed. gpustack_model sends it merged with the user's env, which may
 # add variables but not change these (gpustack_model refuses, and so does the validation play), for the reason
@@ -81,6 +86,7 @@ def gpustack_argument_spec():
         "timeout": {"type": "int", "default": 30},
         "retries": {"type": "int", "default": 3},
         "validate_certs": {"type": "bool", "default": True},
+        "ca_path": {"type": "path"},
     }
 
 
@@ -117,11 +123,13 @@ class GpuStackClient:
 
     Retries with exponential backoff (``backoff * 2**attempt`` seconds) on connection errors and on
     HTTP 5xx for idempotent methods. A POST is retried only when the connection was refused (the
-    request never reached the server), so a create is never sent twice.
+    request never reached the server), so a create is never sent twice. A TLS certificate that cannot be
+    verified is not retried: waiting does not change it. ``ca_path``: the PEM file of the CA that signed the
+    server's certificate (the system trust store when None); a path that is not one fails here, not at a call.
     """
 
     def __init__(self, api_url, api_key=None, username="admin", password=None, timeout=30,
-                 validate_certs=True, retries=3, backoff=1.0, sleep=time.sleep):
+                 validate_certs=True, retries=3, backoff=1.0, sleep=time.sleep, ca_path=None):
         if not api_url:
             raise GpuStackError("api_url is empty: set it to the GPUStack server, e.g. http://gpustack:30080")
         base = api_url.rstrip("/")
@@ -135,8 +143,11 @@ class GpuStackClient:
         self.password = password
         self.timeout = timeout
         self.validate_certs = validate_certs
+        self.ca_path = ca_path
         self.retries = max(0, int(retries))
-        self._session = None  # an ansible Request with one TLS context, made at the first call
+        self._session = None  # an ansible Request with one TLS context, made at the first call (here with ca_path)
+        if ca_path:
+            self._http()  # reads ca_path now: a wrong one fails before anything is sent
         self.backoff = backoff
         self._sleep = sleep
         # (method, path) of every request that reached the server; tests count PUTs with it.
@@ -147,7 +158,8 @@ class GpuStackClient:
         params = module.params
         return cls(params["api_url"], api_key=params.get("api_key"), username=params.get("username") or "admin",
                    password=params.get("password"), timeout=params.get("timeout", 30),
-                   validate_certs=params.get("validate_certs", True), retries=params.get("retries", 3))
+                   validate_certs=params.get("validate_certs", True), retries=params.get("retries", 3),
+                   ca_path=params.get("ca_path"))
 
     # -- transport -------------------------------------------------------------------------------
 
@@ -161,7 +173,10 @@ class GpuStackClient:
     def _http(self):
         """One TLS context for every call of this client (urls_session says why)."""
         if self._session is None:
-            self._session = reusable_request(self.validate_certs)
+            try:
+                self._session = reusable_request(self.validate_certs, self.ca_path)
+            except CaPathError as err:
+                raise GpuStackError(str(err), url=self.base_url) from err
         return self._session
 
     def url(self, path, params=None):
@@ -208,6 +223,10 @@ class GpuStackClient:
                     continue
                 raise self._http_error(method, url, status, text)
             except (URLError, socket.timeout, ConnectionError, OSError) as err:
+                unverified = cert_verify_error(err)
+                if unverified is not None:
+                    raise GpuStackError("GPUStack %s %s failed: %s" % (method, url, cert_verify_message(
+                        unverified, self.ca_path)), method=method, url=url, reason=unverified)
                 reason = getattr(err, "reason", err)
                 refused = isinstance(reason, ConnectionRefusedError)
                 if attempt < self.retries and (method in IDEMPOTENT_METHODS or refused):

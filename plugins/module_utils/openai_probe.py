@@ -22,11 +22,15 @@ from http.cookiejar import CookieJar
 from urllib.error import HTTPError, URLError
 
 from ansible_collections.pairserve.llm.plugins.module_utils import vl_tokens
-from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import reusable_request
+from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import (
+    cert_verify_error,
+    cert_verify_message,
+    reusable_request,
+)
 
 # Failure classes. PERMANENT ones will not go away by waiting: a person has to change something.
 PERMANENT = ("context_limit", "tokenizer_truncation", "tools_disabled", "bad_request", "auth",
-             "server_error", "wrong_answer", "config")
+             "server_error", "wrong_answer", "config", "tls")
 TRANSIENT = ("not_ready", "unavailable", "unreachable", "timeout")
 
 TOKENIZER_FIX = ("tokenizer.json truncation max_length 2048, run tokenizer_patch: the checkpoint's tokenizer.json "
@@ -84,23 +88,31 @@ class Response:
 
 
 class Client:
-    """Minimal OpenAI-compatible client on ansible's urls.Request (proxies, TLS options, no extra deps)."""
+    """Minimal OpenAI-compatible client on ansible's urls.Request (proxies, TLS options, no extra deps).
 
-    def __init__(self, base_url, api_key=None, timeout=300.0, validate_certs=True, tokenize_url=None):
+    ``ca_path``: the PEM file of the CA that signed the server's certificate (the system trust store when None). It
+    is read here, so a path that is not one raises urls_session.CaPathError (a ValueError naming it) before any
+    request. A certificate that cannot be verified is a Response whose error starts with ``tls:`` (class ``tls``).
+    """
+
+    def __init__(self, base_url, api_key=None, timeout=300.0, validate_certs=True, tokenize_url=None, ca_path=None):
         self.base_url = normalize_base_url(base_url)
         self.api_key = api_key
         self.timeout = timeout
         self.validate_certs = validate_certs
+        self.ca_path = ca_path
         # vLLM answers /tokenize at its root; a GPUStack route does not proxy it, so the caller may give
         # a replica's own address. Without one, token counts come from usage.prompt_tokens.
         self.tokenize_url = tokenize_url if tokenize_url is not None else self.base_url + "/tokenize"
         self._session = None
+        if ca_path:
+            self._request()
 
     def _request(self):
         """One TLS context for the client's life (urls_session says why: the instrument benchmark measured TTFT
         62 ms against vLLM's own 22 ms on the same requests while every request built its own)."""
         if self._session is None:
-            self._session = reusable_request(self.validate_certs)
+            self._session = reusable_request(self.validate_certs, self.ca_path)
         return self._session
 
     def _headers(self):
@@ -121,6 +133,10 @@ class Client:
             raw = exc.read().decode("utf-8", "replace") if exc.fp else ""
             return None, Response(url, exc.code, _json_or_none(raw), raw, time.monotonic() - start)
         except (URLError, OSError) as exc:
+            unverified = cert_verify_error(exc)
+            if unverified is not None:
+                return None, Response(url, None, None, "", time.monotonic() - start,
+                                      "tls: " + cert_verify_message(unverified, self.ca_path, url))
             reason = getattr(exc, "reason", exc)
             status_error = "timeout" if "timed out" in str(reason) else "unreachable"
             return None, Response(url, None, None, "", time.monotonic() - start, "%s: %s" % (status_error, reason))
@@ -205,6 +221,8 @@ def classify(resp, check=None):
     message = resp.error_message()
     low = message.lower()
     if resp.status is None:
+        if (resp.error or "").startswith("tls:"):
+            return "tls", "%s. Permanent: waiting will not help." % resp.error[len("tls:"):].strip()
         if (resp.error or "").startswith("timeout"):
             return "timeout", ("no answer within the request timeout (%s). A cold replica or a very long prompt can "
                                "take minutes; if it persists the backend is hung: read the instance log." % resp.error)

@@ -157,7 +157,7 @@ def _public(key):
 def _value_authenticates(client, value):
     """True when `value` is a live key: GPUStack answers 200, or 403 for a key whose scope excludes /v2."""
     probe = GpuStackClient(client.base_url, api_key=value, timeout=client.timeout,
-                           validate_certs=client.validate_certs, retries=client.retries)
+                           validate_certs=client.validate_certs, retries=client.retries, ca_path=client.ca_path)
     try:
         probe.get("/v2/users/me")
     except GpuStackError as err:

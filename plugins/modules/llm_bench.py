@@ -110,9 +110,18 @@ options:
     type: float
     default: 900
   validate_certs:
-    description: Verify TLS certificates.
+    description:
+      - Verify the TLS certificates of the targets, against O(ca_path) when it is set, else against the system trust
+        store. For a private CA give it in O(ca_path).
     type: bool
     default: true
+  ca_path:
+    description:
+      - PEM file of the CA that signed the server's certificate; the system trust store when not set. Ignored for
+        V(http://) URLs and with O(validate_certs=false), but a path given must be a readable PEM file either way.
+      - With it only the CAs of that file are trusted, as with O(ansible.builtin.uri#module:ca_path).
+      - The same file verifies every target.
+    type: path
   report_dir:
     description: Directory under which each run writes C(<timestamp>-<label>-<arm>/).
     type: path
@@ -196,6 +205,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.pairserve.llm.plugins.module_utils import bench
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
+from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 
 try:
     import matplotlib  # noqa: F401  pylint: disable=unused-import
@@ -239,6 +249,7 @@ def main():
             prefix_cache=dict(type="bool", default=True),
             timeout=dict(type="float", default=900),
             validate_certs=dict(type="bool", default=True),
+            ca_path=dict(type="path"),
             report_dir=dict(type="path", required=True),
             compare_with=dict(type="list", elements="path", default=[]),
             plot=dict(type="bool", default=True),
@@ -265,8 +276,11 @@ def main():
                              "(got %r, %r)." % (p["label"], p["arm"]))
     earlier = _load_comparisons(module, p["compare_with"])
 
-    clients = {t["name"]: probe.Client(t["base_url"], t["api_key"], p["timeout"], p["validate_certs"],
-                                       t["tokenize_url"]) for t in p["targets"]}
+    try:
+        clients = {t["name"]: probe.Client(t["base_url"], t["api_key"], p["timeout"], p["validate_certs"],
+                                           t["tokenize_url"], ca_path=p["ca_path"]) for t in p["targets"]}
+    except CaPathError as err:
+        module.fail_json(msg=str(err))
 
     if module.check_mode:
         reach = []

@@ -24,7 +24,8 @@ description:
   - Long prompts are built to a token target with the server's own tokenizer (vLLM's C(/tokenize) at
     O(tokenize_url); without it, C(usage.prompt_tokens) of one-token requests), not guessed from characters.
   - Every failure gets a class. Permanent ones (C(context_limit), C(tokenizer_truncation), C(tools_disabled),
-    C(bad_request), C(server_error), C(wrong_answer), C(config), C(auth)) will not pass by waiting; transient ones
+    C(bad_request), C(server_error), C(wrong_answer), C(config), C(auth), C(tls) for a server certificate that
+    cannot be verified) will not pass by waiting; transient ones
     (C(not_ready) for 404, C(unavailable) for 502/503/504, C(unreachable), C(timeout)) may during a cold start.
     A vLLM 400 wrapped in a 503 by a proxy is still classified as the 400 it is.
   - When O(boot_log), O(boot_log_path) or O(gpustack) with O(instances) is given, the replica's boot log is parsed
@@ -157,9 +158,18 @@ options:
     type: float
     default: 600
   validate_certs:
-    description: Verify TLS certificates.
+    description:
+      - Verify the TLS certificates of O(base_url), O(tokenize_url) and O(gpustack.api_url), against O(ca_path) when
+        it is set, else against the system trust store. For a private CA give it in O(ca_path).
     type: bool
     default: true
+  ca_path:
+    description:
+      - PEM file of the CA that signed the server's certificate; the system trust store when not set. Ignored for
+        V(http://) URLs and with O(validate_certs=false), but a path given must be a readable PEM file either way.
+      - With it only the CAs of that file are trusted, as with O(ansible.builtin.uri#module:ca_path).
+      - The same file verifies O(base_url), O(tokenize_url) and O(gpustack.api_url).
+    type: path
   boot_log:
     description: The replica's boot log text, to judge whether the profile's context can be served.
     type: str
@@ -270,6 +280,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
 from ansible_collections.pairserve.llm.plugins.module_utils import vl_tokens
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_log
+from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 
 DEFAULT_TEXT_PROMPT = [{"role": "user", "content": "Say the verification phrase."}]
 DEFAULT_TOOL_PROMPT = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -349,6 +360,7 @@ def main():
             tokenize_url=dict(type="str", no_log=False),
             timeout=dict(type="float", default=600),
             validate_certs=dict(type="bool", default=True),
+            ca_path=dict(type="path"),
             boot_log=dict(type="str"),
             boot_log_path=dict(type="path"),
             gpustack=dict(type="dict", options=dict(
@@ -411,12 +423,15 @@ def main():
             "image_count": params["image_count"], "image_size": params["image_size"],
             "image_processor": params["image_processor"]}
 
-    client = probe.Client(params["base_url"], params["api_key"], params["timeout"], params["validate_certs"],
-                          params["tokenize_url"])
-    gp_client = None
-    if params["gpustack"]:
-        gp_client = probe.Client(params["gpustack"]["api_url"], params["gpustack"]["api_key"], 60,
-                                 params["validate_certs"])
+    try:
+        client = probe.Client(params["base_url"], params["api_key"], params["timeout"], params["validate_certs"],
+                              params["tokenize_url"], ca_path=params["ca_path"])
+        gp_client = None
+        if params["gpustack"]:
+            gp_client = probe.Client(params["gpustack"]["api_url"], params["gpustack"]["api_key"], 60,
+                                     params["validate_certs"], ca_path=params["ca_path"])
+    except CaPathError as err:
+        module.fail_json(msg=str(err))
 
     boot = _boot_facts(module, gp_client, params["instances"])
     boot_problems = []

@@ -67,9 +67,18 @@ options:
         from an earlier, interrupted run is removed when the module starts.
     type: path
   validate_certs:
-    description: Verify the server's TLS certificate (HTTPS URLs).
+    description:
+      - Verify the server's TLS certificate (HTTPS URLs), against O(ca_path) when it is set, else against the system
+        trust store. For a private CA give it in O(ca_path).
+      - A certificate that cannot be verified fails the module at once; it is not counted as downtime.
     type: bool
     default: true
+  ca_path:
+    description:
+      - PEM file of the CA that signed the server's certificate; the system trust store when not set. Ignored for
+        V(http://) URLs and with O(validate_certs=false), but a path given must be a readable PEM file either way.
+      - With it only the CAs of that file are trusted, as with O(ansible.builtin.uri#module:ca_path).
+    type: path
 """
 
 EXAMPLES = r"""
@@ -167,6 +176,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pairserve.llm.plugins.module_utils import downtime, openai_probe
+from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 
 
 def main():
@@ -182,6 +192,7 @@ def main():
             stop_file=dict(type="path"),
             stop_grace=dict(type="float", default=120.0),
             validate_certs=dict(type="bool", default=True),
+            ca_path=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -194,8 +205,11 @@ def main():
     stop_file = p["stop_file"]
     if stop_file and os.path.lexists(stop_file):
         os.unlink(stop_file)  # an earlier run's, never read: it must not end this one
-    client = openai_probe.Client(p["base_url"], p["api_key"], timeout=p["request_timeout"],
-                                 validate_certs=p["validate_certs"], tokenize_url="")
+    try:
+        client = openai_probe.Client(p["base_url"], p["api_key"], timeout=p["request_timeout"],
+                                     validate_certs=p["validate_certs"], tokenize_url="", ca_path=p["ca_path"])
+    except CaPathError as err:
+        module.fail_json(msg=str(err))
     payload = {"model": p["model"], "messages": [{"role": "user", "content": "Reply with OK."}], "max_tokens": 1,
                "temperature": 0}
 
@@ -203,6 +217,10 @@ def main():
         resp = client.chat(payload)
         if resp.ok:
             return None
+        if (resp.error or "").startswith("tls:"):
+            # Not downtime: the server answers and is not trusted, and waiting will not change that.
+            module.fail_json(msg="route_downtime cannot measure %s: %s"
+                                 % (p["base_url"], openai_probe.classify(resp)[1]))
         return "HTTP %s: %s" % (resp.status, resp.error_message()[:200]) if resp.status else resp.error
 
     def stop():
