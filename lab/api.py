@@ -1,8 +1,9 @@
 """GPUStack's API on the running lab, its keys, the route and the replica containers: what the lab's scripts
 (lab/sleep_wake.py, lab/queue_weights.py) and the lab's test suites (molecule/*/tests) share.
 
-The lab shares the host's network, so GPUStack on node-a answers on 127.0.0.1:30080; the keys are read from
-node-a the way an operator would (root-only files), with `podman exec`.
+The lab shares the host's network, so GPUStack on node-a answers on 127.0.0.1:30080 (its plain port, which node-a's
+table leaves to the node itself while the lab serves HTTPS on 30443 with its own CA, LAB_CA); the keys are read
+from node-a the way an operator would (root-only files), with `podman exec`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 API = os.environ.get("PAIRSERVE_LAB_API", "http://127.0.0.1:30080")
 NODE_A = os.environ.get("PAIRSERVE_NODE_A", "pairserve-lab-node-a")
 STATE = REPO / ".lab"
+# The CA lab/tls.py made for this lab (inventory/lab/group_vars/all/tls.yml), and the HTTPS front's URL.
+LAB_CA = STATE / "tls" / "ca.crt"
+HTTPS_API = os.environ.get("PAIRSERVE_LAB_HTTPS_API", "https://127.0.0.1:30443")
 SERVING = (REPO / "inventory" / "lab" / "group_vars" / "all" / "serving.yml").read_text()
 ROUTE = re.search(r"^pairserve_route_name: (\S+)", SERVING, re.M).group(1)
 WEIGHTS = {host: int(w) for host, w in re.findall(r"^  (node-[ab]): (\d+)$", SERVING, re.M)}

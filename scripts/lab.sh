@@ -770,6 +770,8 @@ start() {  # everything before the first converge; molecule default's create ste
   phase "registry" push_runner_image
   phase "GPU stand-ins" gpu_stand_ins
   phase "worker tools" worker_tools "$(pin_of "$lab_pins" pairserve_gpustack_version)"
+  # The CA and certificate GPUStack serves HTTPS with (inventory/lab/group_vars/all/tls.yml names them).
+  phase "lab CA" python -m lab.tls "$state/tls"
   phase nodes start_nodes
   # Before anything is installed: what uninstall.yml is held to (scripts/lab.sh test, "uninstall").
   [ -e "$state/converge-1.log" ] || snapshot_fresh_nodes
@@ -789,10 +791,10 @@ up() {  # the main job: the lab serving through the route, verified; ends by pri
   total: $lab_up_took s to the endpoint: $(verdict "$lab_up_took" -le "$lab_up_target") (target <= $lab_up_target s for a fresh "make lab" with no cache built; this run built caches in ${took[caches]} s; slowest phase: $slowest, ${took[$slowest]} s)
 $(for k in "${phases[@]}"; do printf '  %-16s %5s s\n' "$k" "${took[$k]}"; done)
 
-=== the endpoint (GPUStack on node-a, on this machine's network)
+=== the endpoint (GPUStack on node-a, on this machine's network, HTTPS with the lab's CA)
   route: qwen  (replicas qwen-node-a 58 %, qwen-node-b 42 %, GPUStack's vLLM backend on the CPU build of vLLM $vllm_version, tiny test model)
   key:   the inference API key is root-only on node-a: KEY=\$(podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key)
-  curl -s http://127.0.0.1:30080/v1/chat/completions -H "Authorization: Bearer \$KEY" \\
+  curl -s --cacert $state/tls/ca.crt https://127.0.0.1:30443/v1/chat/completions -H "Authorization: Bearer \$KEY" \\
        -H 'Content-Type: application/json' -d '{"model": "qwen", "temperature": 0,
        "messages": [{"role": "user", "content": "Is the pair ready?"}]}'
 REPORT
@@ -825,6 +827,8 @@ down() {
     # The node's firewall table lives in the host's ruleset (the nodes share its network): ours, by its name.
     nft delete table inet "pairserve_${node//-/_}" 2>/dev/null || true
   done
+  # node-a's table that keeps GPUStack's plain port for the node itself while HTTPS is on.
+  nft delete table inet pairserve_server 2>/dev/null || true
   # The outsider of molecule/default/tests/test_firewall.py, if a killed run left it.
   ip link del psl-out-h 2>/dev/null || true
   ip netns del pairserve-lab-outsider 2>/dev/null || true
@@ -939,7 +943,7 @@ uninstall_proof() {  # uninstall.yml on the converged lab, then each node agains
     grep -E ':(30080|10150|10151|10161|10170|10171|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
   mapfile -t -O ${#found[@]} found < <(lab_podman images --format '{{.Repository}}@{{.Digest}}' 2>/dev/null |
     grep -F "$PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu" | sed 's/^/runner image /')
-  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_node_[ab]$' | sed 's/^/firewall /')
+  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server)$' | sed 's/^/firewall /')
   if [ ${#found[@]} -gt 0 ]; then
     printf '  left behind on the host: %s\n' "${found[@]}" >&2
     rc=1
@@ -963,7 +967,7 @@ leftovers() {  # prints what the lab left behind (nothing after a clean `down`);
   for path in "$state" "$run_dir" "$data_dir" "$hub_vars" "$upgrade_pins" "$digest_vars" "$cdi_dir"/pairserve-lab-*.json; do
     [ -e "$path" ] && found+=("path $path")
   done
-  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_node_[ab]$' | sed 's/^/firewall /')
+  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server)$' | sed 's/^/firewall /')
   mapfile -t -O ${#found[@]} found < <(ip netns list 2>/dev/null | grep -E '^pairserve-lab-' | sed 's/^/network namespace /')
   mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab[.]hub|lab[.]route_load|podman system service .*pairserve-lab|docker-registry serve|ssh: .*\.lab/ssh/cp' | sed 's/^/process /')
   # The lab's listeners: GPUStack API and workers, PostgreSQL on node-a, replica port ranges.

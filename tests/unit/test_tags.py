@@ -18,6 +18,7 @@ from lab.ansible_runner import REPO
 # The tasks that run whatever --tags selects, besides each role's argument check (Ansible tags it `always`).
 ALWAYS = {
     "Read what this host's variables say (no connection to the host)",
+    "Check the GPUStack server's HTTPS certificate and key",
     "Check every host's view at once",
     "Stop when the inventory has problems, listing every one",
     "pairserve.llm.node_venv : Publish the node venv's interpreter",

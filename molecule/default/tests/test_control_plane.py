@@ -70,6 +70,8 @@ def secrets(node_a):
         "management key": node_a.file("/etc/pairserve/secrets/management-api-key").content_string.strip(),
         "inference key": node_a.file("/etc/pairserve/secrets/inference-api-key").content_string.strip(),
     }
+    # The HTTPS key: its longest base64 line stands for it (the PEM's armour lines are no secret).
+    values["TLS private key"] = max(node_a.file("/etc/pairserve/tls/gpustack.key").content_string.splitlines(), key=len)
     token = re.search(r'^token: "([^"]+)"', node_a.file("/etc/gpustack-worker/worker.yaml").content_string, re.M)
     assert token, "no token in node-a's worker.yaml"
     values["registration token"] = token.group(1)
@@ -140,6 +142,8 @@ def test_api_keys_are_scoped(node_a, secrets):
         (NODE_B, "/etc/gpustack-worker/worker.yaml", 0o600, "root", "root"),
         (NODE_A, "/etc/pairserve/firewall.nft", 0o600, "root", "root"),
         (NODE_B, "/etc/pairserve/firewall.nft", 0o600, "root", "root"),
+        (NODE_A, "/etc/pairserve/tls/gpustack.key", 0o600, "root", "root"),
+        (NODE_A, "/etc/pairserve/tls/plain-port.nft", 0o600, "root", "root"),
     ],
 )
 def test_secret_files_are_private(node, path, mode, owner, group):

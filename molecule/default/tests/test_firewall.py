@@ -17,12 +17,12 @@ import sys
 
 import pytest
 
-from lab.api import ROUTE, items, read_keys
+from lab.api import LAB_CA, ROUTE, items, read_keys
 
+# GPUStack's plain port, the HTTPS front's port, and node-a's table that keeps the plain one for the node itself.
+API_PORT, TLS_PORT, SERVER_TABLE = 30080, 30443, "pairserve_server"
 NODES = {"node-a": {"table": "pairserve_node_a", "worker": 10150, "metrics": 10151},
          "node-b": {"table": "pairserve_node_b", "worker": 10170, "metrics": 10171}}
-NS, HOST_END, NS_END = "pairserve-lab-outsider", "psl-out-h", "psl-out-n"
-HOST_ADDR, NS_ADDR = "10.214.0.1", "10.214.0.2"
 
 PROBE = """
 import socket, sys
@@ -36,11 +36,11 @@ except OSError as exc:
 """
 
 CHAT = """
-import json, sys, urllib.error, urllib.request
+import json, ssl, sys, urllib.error, urllib.request
 req = urllib.request.Request(sys.argv[1], data=sys.argv[3].encode(),
                              headers={"Authorization": "Bearer " + sys.argv[2], "Content-Type": "application/json"})
 try:
-    with urllib.request.urlopen(req, timeout=120) as resp:
+    with urllib.request.urlopen(req, timeout=120, context=ssl.create_default_context(cafile=sys.argv[4])) as resp:
         print(json.dumps({"status": resp.status, "body": json.loads(resp.read())}))
 except urllib.error.HTTPError as err:
     print(json.dumps({"status": err.code, "body": None}))
@@ -49,26 +49,6 @@ except urllib.error.HTTPError as err:
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(list(cmd), check=check, capture_output=True, text=True, timeout=180)
-
-
-@pytest.fixture(scope="module")
-def outsider():
-    """The namespace, its veth pair and its default route through the lab host; all removed after."""
-    _run("ip", "netns", "del", NS, check=False)
-    _run("ip", "link", "del", HOST_END, check=False)
-    _run("ip", "netns", "add", NS)
-    try:
-        _run("ip", "link", "add", HOST_END, "type", "veth", "peer", "name", NS_END)
-        _run("ip", "link", "set", NS_END, "netns", NS)
-        _run("ip", "addr", "add", HOST_ADDR + "/30", "dev", HOST_END)
-        _run("ip", "link", "set", HOST_END, "up")
-        for cmd in (("ip", "addr", "add", NS_ADDR + "/30", "dev", NS_END), ("ip", "link", "set", NS_END, "up"),
-                    ("ip", "link", "set", "lo", "up"), ("ip", "route", "add", "default", "via", HOST_ADDR)):
-            _run("ip", "netns", "exec", NS, *cmd)
-        yield NS
-    finally:
-        _run("ip", "link", "del", HOST_END, check=False)
-        _run("ip", "netns", "del", NS, check=False)
 
 
 def _probe(address: str, port: int, namespace: str | None = None) -> str:
@@ -129,11 +109,28 @@ def test_the_outsider_is_served_through_the_route_with_a_key(keys, outsider):
     address = _replica_ports(keys)["node-a"][0]
     body = json.dumps({"model": ROUTE, "max_tokens": 4, "temperature": 0,
                        "messages": [{"role": "user", "content": "Is the pair ready?"}]})
-    out = _run("ip", "netns", "exec", outsider, sys.executable, "-c", CHAT,
-               f"http://{address}:30080/v1/chat/completions", keys["inference"], body)
+    url = f"https://{address}:{TLS_PORT}/v1/chat/completions"
+    out = _run("ip", "netns", "exec", outsider, sys.executable, "-c", CHAT, url, keys["inference"], body, str(LAB_CA))
     answer = json.loads(out.stdout)
     assert answer["status"] == 200 and answer["body"]["choices"], answer
     # With a wrong key the route refuses it: GPUStack's keys are the only door left.
-    out = _run("ip", "netns", "exec", outsider, sys.executable, "-c", CHAT,
-               f"http://{address}:30080/v1/chat/completions", "sk-pairserve-not-a-key", body)
+    out = _run("ip", "netns", "exec", outsider, sys.executable, "-c", CHAT, url, "sk-pairserve-not-a-key", body,
+               str(LAB_CA))
     assert json.loads(out.stdout)["status"] == 401, out.stdout
+
+
+def test_the_outsider_is_refused_at_the_plain_api_port(keys, outsider):
+    """GPUStack itself listens on 0.0.0.0:30080 in plain HTTP; with HTTPS on, node-a's server table leaves that port
+    to the node (the HTTPS front, the controller service, the day-2 plays on 127.0.0.1)."""
+    address = _replica_ports(keys)["node-a"][0]
+    assert _probe(address, API_PORT) == "open", "GPUStack's plain port does not answer the node itself"
+    before = _server_refusals()
+    assert _probe(address, API_PORT, outsider) == "refused", f"the outsider reached {address}:{API_PORT} in plain HTTP"
+    assert _server_refusals() > before, f"{address}:{API_PORT} refused, but not by table {SERVER_TABLE}"
+
+
+def _server_refusals() -> int:
+    chain = _run("nft", "list", "chain", "inet", SERVER_TABLE, "input").stdout
+    match = re.search(r"counter packets (\d+) bytes \d+ reject with tcp reset", chain)
+    assert match, chain
+    return int(match.group(1))
