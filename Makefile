@@ -23,7 +23,7 @@ sanity: deps ## ansible-test sanity on a copy laid out as ansible_collections/pa
 	bash scripts/sanity.sh
 
 unit: deps ## fast tests: modules through Ansible over recorded NVML, rendering, parsing
-	bash scripts/pytest.sh tests/unit
+	bash scripts/pytest.sh -n auto --dist loadfile tests/unit
 
 integration: caches ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU)
 	bash scripts/pytest.sh --durations=15 -m "not upgrade" tests/integration

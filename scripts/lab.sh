@@ -902,11 +902,13 @@ node_snapshot() {  # node_snapshot <node>
 # Kept by the uninstall unless asked (docs/first-install.md, "Undo"): the checkpoint cache on each GPU node,
 # GPUStack's database in PostgreSQL and the dumps on node A. Kept always: the distribution packages the roles
 # installed, with what their maintainer scripts made (PostgreSQL's cluster and configuration, its user, the
-# snakeoil certificate of ssl-cert, tzdata's and locales' files, fontconfig's, lighttpd's javascript alias).
+# snakeoil certificate of ssl-cert, tzdata's and locales' files, fontconfig's, lighttpd's javascript alias, nginx's).
 uninstall_kept='^(data /var/lib/pairserve-lab/node-[ab]/hf-cache(/.*)?|path /var/backups/pairserve(/.*)?'
 uninstall_kept+='|path /var/lib/postgresql(/.*)?|path /etc/postgresql(-common)?(/.*)?|path /etc/apt/apt\.conf\.d/02autoremove-postgresql'
 uninstall_kept+='|path /etc/ssl/private/ssl-cert-snakeoil\.key|path /etc/(localtime|timezone|locale\.gen|networks|default/(locale|sysstat))'
 uninstall_kept+='|path /etc/fonts/conf\.d(/.*)?|path /usr/local/share/fonts|path /etc/lighttpd(/.*)?|path /etc/systemd/user(/.*)?'
+# nginx (the HTTPS front's package) keeps its configuration tree and the web root its scripts filled.
+uninstall_kept+='|path /etc/nginx(/.*)?|path /var/lib/nginx(/.*)?|path /var/www(/.*)?'
 uninstall_kept+='|package .*|package-(file|link|enabled|running) .*|user postgres|group (postgres|ssl-cert))$'
 
 snapshot_fresh_nodes() {  # before the first converge: what each node holds before the collection touches it
@@ -940,10 +942,13 @@ uninstall_proof() {  # uninstall.yml on the converged lab, then each node agains
   local found=()
   mapfile -t found < <(workload_containers | sed 's/^/replica container /')
   mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
-    grep -E ':(30080|10150|10151|10161|10170|10171|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
+    grep -E ':(30080|30443|10150|10151|10161|10170|10171|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
   mapfile -t -O ${#found[@]} found < <(lab_podman images --format '{{.Repository}}@{{.Digest}}' 2>/dev/null |
     grep -F "$PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu" | sed 's/^/runner image /')
   mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server)$' | sed 's/^/firewall /')
+  # nginx's tree is kept as the package's; the collection's site in it is not.
+  mapfile -t -O ${#found[@]} found < <(podman exec pairserve-lab-node-a sh -c \
+    'ls -d /etc/nginx/conf.d/pairserve-* /etc/nginx/sites-enabled/pairserve-* 2>/dev/null' | sed 's/^/nginx site /')
   if [ ${#found[@]} -gt 0 ]; then
     printf '  left behind on the host: %s\n' "${found[@]}" >&2
     rc=1
@@ -972,7 +977,7 @@ leftovers() {  # prints what the lab left behind (nothing after a clean `down`);
   mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab[.]hub|lab[.]route_load|podman system service .*pairserve-lab|docker-registry serve|ssh: .*\.lab/ssh/cp' | sed 's/^/process /')
   # The lab's listeners: GPUStack API and workers, PostgreSQL on node-a, replica port ranges.
   mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
-    grep -E ':(30080|10150|10151|10161|10170|10171|5432|5000|2222|2223|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
+    grep -E ':(30080|30443|10150|10151|10161|10170|10171|5432|5000|2222|2223|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
   if [ ${#found[@]} -gt 0 ]; then
     printf 'lab: left behind: %s\n' "${found[@]}" >&2
     return 1
