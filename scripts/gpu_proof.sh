@@ -4,7 +4,7 @@
 #   2. vllm_args renders the argv of a GPU profile for the test model; vLLM 0.25.1 boots with it, TP=2
 #   3. llm_verify's checks against that server: text, tool call, near-limit and past-limit (400), token count
 #   4. llm_bench's measurements: single stream, concurrency 8, sweep, prefill, prefix cache cold/warm
-#   5. the boot log, parsed (tests/unit/test_vllm_log_gpu.py runs on its trimmed copy)
+#   5. the boot log, parsed (tests/unit/plugins/module_utils/test_vllm_log_gpu.py runs on its trimmed copy)
 # and writes everything into one folder. See docs/gpu-proof.md.
 #
 # Usage (from the repository root):

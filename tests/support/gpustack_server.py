@@ -27,6 +27,7 @@ What runs, and why this way:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -75,7 +76,19 @@ def _log(msg: str) -> None:
 # -- venv -----------------------------------------------------------------------------------------
 
 def ensure_venv(version: str = DEFAULT_VERSION) -> Path:
-    """The GPUStack venv, built once from the offline wheelhouse; returns its directory."""
+    """The GPUStack venv, built once from the offline wheelhouse; returns its directory.
+
+    Two pytest sessions run side by side (scripts/integration.sh) and both may ask for it: the first builds it
+    under a lock on <venv>.lock, the other waits and then finds it ready.
+    """
+    lock_path = CACHE / "gpustack" / f"venv-{version}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_venv_locked(version)
+
+
+def _ensure_venv_locked(version: str) -> Path:
     # The venv is made from the system python3 (3.11 on Debian 12, as on the lab's nodes): its constraints file.
     python = subprocess.run(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                             check=True, capture_output=True, text=True).stdout.strip()

@@ -2,7 +2,7 @@
 
 The tiny model is overfit on verification.json's prompts, so the checks compare exact answers and can fail
 for real. The image path is NOT served here (vLLM's CPU build has no tiny vision model in this suite): the
-image check's request construction is tested in tests/unit/test_openai_probe.py, and the served image path
+image check's request construction is tested in tests/unit/plugins/module_utils/test_openai_probe.py, and the served image path
 is proven on real hardware only.
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import bench  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args  # noqa: E402
@@ -218,7 +218,7 @@ def test_bench_play_refuses_a_bad_arm_before_measuring_or_draining(tmp_path):
     inventory.write_text("all:\n  children:\n    gpustack_server:\n      hosts:\n        localhost:\n"
                          "    gpu_nodes:\n      hosts:\n        localhost:\n"
                          "  vars:\n    ansible_connection: local\n")
-    res = run_playbook(Path(__file__).resolve().parents[2] / "playbooks" / "bench.yml", inventory=inventory,
+    res = run_playbook(Path(__file__).resolve().parents[4] / "playbooks" / "bench.yml", inventory=inventory,
                        extra_vars={"pairserve_bench_targets": [{"name": "x", "base_url": "http://127.0.0.1:9",
                                                                 "model": "m"}],
                                    "pairserve_bench_arms": [{"name": "seqs-2", "node": "node-z",

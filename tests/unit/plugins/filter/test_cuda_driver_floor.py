@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import cuda  # noqa: E402
 from lab.ansible_runner import run_local_play  # noqa: E402

@@ -21,7 +21,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils import gpu_identity,
 from lab.ansible_runner import run_playbook
 from support.nvml_recordings import four_h200_minors
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 NVML = REPO / "tests" / "fixtures" / "nvml"
 PROOF = REPO / "tests" / "fixtures" / "gpu-proof" / "gpustack-py312-2026-12-02.json"
 IDENTITY = NVML / "h200-identity-2026-12-01.json"

@@ -21,7 +21,7 @@ import yaml
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml_replay
 from lab.ansible_runner import run_playbook
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
 NODE_A = FIXTURES / "node-a-2x5080.json"
 NODE_B = FIXTURES / "node-b-2x4070tis.json"

@@ -10,7 +10,7 @@ import pytest
 from huggingface_hub.utils import filter_repo_objects
 
 # The collection resolves as ansible_collections.pairserve.llm through the link `make deps` creates.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import hub  # noqa: E402
 from lab import checkpoint_repo  # noqa: E402

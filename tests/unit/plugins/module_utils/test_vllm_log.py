@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 # The collection resolves as ansible_collections.pairserve.llm through the link `make deps` creates.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_log  # noqa: E402
 
-LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-logs"
+LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "vllm-logs"
 
 
 def parse(name):

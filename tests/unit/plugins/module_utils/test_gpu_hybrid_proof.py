@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 # The collection resolves as ansible_collections.pairserve.llm through the link `make deps` creates.
 sys.path.insert(0, str(REPO / ".cache" / "collections"))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-HOOK_DIR = Path(__file__).resolve().parents[2] / "scripts" / "lib"
+HOOK_DIR = Path(__file__).resolve().parents[3] / "scripts" / "lib"
 CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 PROBE = """

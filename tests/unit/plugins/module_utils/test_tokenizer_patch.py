@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 # The collection resolves as ansible_collections.pairserve.llm through the link `make deps` creates.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import tokenizer as tok  # noqa: E402
 from lab import checkpoint_repo  # noqa: E402

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe  # noqa: E402
 from lab.ansible_runner import run_module  # noqa: E402
 
-CAPTURED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "vllm-logs" / "responses.json").read_text())
+CAPTURED = json.loads((Path(__file__).resolve().parents[3] / "fixtures" / "vllm-logs" / "responses.json").read_text())
 
 
 def response(name):

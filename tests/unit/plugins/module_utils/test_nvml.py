@@ -18,7 +18,7 @@ import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml, nvml_replay
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
 SHARED_RAW = FIXTURES / "h200x2-raw-2026-11.json"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 # The collection resolves as ansible_collections.pairserve.llm through the link `make deps` creates.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args, vllm_log  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 LOG = FIXTURES / "vllm-logs" / "h200-tp2-0.25.1.log"
 PROOF = FIXTURES / "gpu-proof"
 # What GPUStack's runner adds around backend_parameters (and the parser logs with the rest).

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / ".cache" / "collections"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import urls_session  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (  # noqa: E402

@@ -15,7 +15,7 @@ import yaml
 
 from lab.ansible_runner import run_module, run_playbook
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
 
 NODE_A_UUIDS = ["GPU-5080a000-0000-4000-8000-000000000001", "GPU-5080a000-0000-4000-8000-000000000002"]

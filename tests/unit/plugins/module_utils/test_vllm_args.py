@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 if str(REPO / ".cache" / "collections") not in sys.path:
     sys.path.insert(0, str(REPO / ".cache" / "collections"))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-COLLECTIONS = Path(__file__).resolve().parents[2] / ".cache" / "collections"
+COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "collections"
 sys.path.insert(0, str(COLLECTIONS))
 
 from ansible_collections.pairserve.llm.plugins.module_utils.host_lock import (  # noqa: E402
