@@ -79,13 +79,16 @@ vllm_version=$(sed -n 's/^pairserve_vllm_version: "\(.*\)"$/\1/p' "$lab_pins")
 image=$(pairserve_vllm_cpu_image "$vllm_version")
 
 declare -A took
+# Returns the step's exit status: called where errexit is off (`up || rc=$?` in lab_test), a failed step must still
+# stop its caller, which says `|| return`.
 phase() {
-  local name=$1 start=$SECONDS
+  local name=$1 start=$SECONDS rc=0
   shift
   echo "=== lab: $name"
-  "$@"
+  "$@" || rc=$?
   took[$name]=$((SECONDS - start))
-  echo "=== lab: $name took ${took[$name]} s"
+  echo "=== lab: $name took ${took[$name]} s$([ "$rc" -eq 0 ] || echo ", FAILED (exit $rc)")"
+  return "$rc"
 }
 
 # The figures are a benchmark, not a timed test: each is printed with its target and whether it was met.
@@ -763,24 +766,24 @@ VARS
 
 start() {  # everything before the first converge; molecule default's create step runs this too
   mkdir -p "$state"
-  phase caches bash scripts/build_caches.sh
-  phase "replica image" build_replica_image "$vllm_version"
-  phase "runtime stand-ins" build_runtime_stand_ins
-  phase "host services" bash -c "$(declare -f stop_pid start_podman_service start_hub pairserve_lab_registries_conf); PAIRSERVE_LAB_REGISTRY=$PAIRSERVE_LAB_REGISTRY root=$root state=$state run_dir=$run_dir hub_vars=$hub_vars; start_podman_service && start_hub"
-  phase "registry" push_runner_image
-  phase "GPU stand-ins" gpu_stand_ins
-  phase "worker tools" worker_tools "$(pin_of "$lab_pins" pairserve_gpustack_version)"
+  phase caches bash scripts/build_caches.sh || return
+  phase "replica image" build_replica_image "$vllm_version" || return
+  phase "runtime stand-ins" build_runtime_stand_ins || return
+  phase "host services" bash -c "$(declare -f stop_pid start_podman_service start_hub pairserve_lab_registries_conf); PAIRSERVE_LAB_REGISTRY=$PAIRSERVE_LAB_REGISTRY root=$root state=$state run_dir=$run_dir hub_vars=$hub_vars; start_podman_service && start_hub" || return
+  phase "registry" push_runner_image || return
+  phase "GPU stand-ins" gpu_stand_ins || return
+  phase "worker tools" worker_tools "$(pin_of "$lab_pins" pairserve_gpustack_version)" || return
   # The CA and certificate GPUStack serves HTTPS with (inventory/lab/group_vars/all/tls.yml names them).
-  phase "lab CA" python -m lab.tls "$state/tls"
-  phase nodes start_nodes
+  phase "lab CA" python -m lab.tls "$state/tls" || return
+  phase nodes start_nodes || return
   # Before anything is installed: what uninstall.yml is held to (scripts/lab.sh test, "uninstall").
   [ -e "$state/converge-1.log" ] || snapshot_fresh_nodes
 }
 
 up() {  # the main job: the lab serving through the route, verified; ends by printing the endpoint
   local start=$SECONDS
-  start
-  phase "first converge" converge "$state/converge-1.log"
+  start || return
+  phase "first converge" converge "$state/converge-1.log" || return
   lab_up_took=$((SECONDS - start))
   local k slowest="first converge" phases=(caches "replica image" "runtime stand-ins" "host services" registry
     "GPU stand-ins" "worker tools" nodes "first converge")
