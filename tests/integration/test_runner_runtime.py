@@ -5,11 +5,13 @@ by UUID, as GPUStack's podman deployer asks for them. Run through ansible-playbo
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import uuid
 
 import yaml
 
-from lab.ansible_runner import run_playbook
+from lab.ansible_runner import REPO, run_playbook
 
 PAIRS = {"pairs": [{"uuids": ["GPU-11111111-2222-3333-4444-555555555555",
                               "GPU-66666666-7777-8888-9999-000000000000"]}]}
@@ -75,3 +77,50 @@ def test_a_runtime_that_does_not_answer_is_named(tmp_path):
     assert res.rc != 0
     msg = failure(res)["msg"]
     assert "podman" in msg and "does not answer" in msg and "unix:///nonexistent/pairserve-test.sock" in msg
+
+
+def _podman(*args):
+    """podman with the lab's settings for this machine (scripts/lib/podman-env.sh: a sandbox's limits)."""
+    return subprocess.run(["bash", "-c", 'source scripts/lib/podman-env.sh && podman "$@"', "podman", *args], cwd=REPO,
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+def _node_image():
+    return subprocess.run(["bash", "-c", "source scripts/lib/podman-env.sh && pairserve_build_node_image >&2 && "
+                                         "echo $PAIRSERVE_NODE_IMAGE"], cwd=REPO, capture_output=True, text=True,
+                          check=True, timeout=600).stdout.strip()
+
+
+def test_the_uninstall_removes_the_workload_containers_the_worker_left_behind(tmp_path):
+    """The absent entry point after the replicas went: a container still labelled as a workload of this node's
+    worker (one it lost track of) is removed, another worker's is left alone, and a second run changes nothing."""
+    prefix, other = f"pst-{uuid.uuid4().hex[:8]}.runtime.gpustack.ai", f"pst-{uuid.uuid4().hex[:8]}.runtime.gpustack.ai"
+    image, names = _node_image(), {}
+    try:
+        for who in (prefix, other):
+            names[who] = f"pairserve-test-{who.split('.')[0]}"
+            started = _podman("run", "-d", "--name", names[who], "--label", f"{who}/workload=qwen-node-x-abcd",
+                              "--network", "none", "--entrypoint", "sleep", image, "600")
+            assert started.returncode == 0, started.stderr
+        inventory = tmp_path / "inventory.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"hosts": {"node-x": {
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+            "pairserve_runner_runtime": "podman", "pairserve_runner_image": "",
+            "pairserve_gpustack_worker_env": {"GPUSTACK_RUNTIME_DEPLOY_LABEL_PREFIX": prefix}}}}}))
+        playbook = tmp_path / "play.yml"
+        playbook.write_text(yaml.safe_dump([{
+            "name": "Runner image absent", "hosts": "all", "gather_facts": False,
+            "tasks": [{"name": "Absent", "ansible.builtin.include_role": {
+                "name": "pairserve.llm.runner_image", "tasks_from": "absent"}}]}]))
+        first = run_playbook(playbook, inventory=inventory, timeout=300)
+        assert first.rc == 0, (first.stdout[-3000:], first.stderr[-2000:])
+        removed = [r for r in first.results if r["_task"] == "Remove them (the worker no longer will)"]
+        assert removed and removed[0]["_status"] == "ok" and removed[0]["changed"], first.stdout[-3000:]
+        left = _podman("ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert names[prefix] not in left, (left, removed[0].get("cmd"), removed[0].get("stderr"))
+        assert names[other] in left, "another worker's container was removed: %s" % left
+        second = run_playbook(playbook, inventory=inventory, timeout=300)
+        assert second.rc == 0 and not [r for r in second.results if r.get("changed")], second.stdout[-3000:]
+    finally:
+        for name in names.values():
+            _podman("rm", "-f", "-t", "0", name)

@@ -78,7 +78,8 @@ if action == "restart":
 # NVIDIA_VISIBLE_DEVICES (what the NVIDIA runtime gives it; nvidia-smi in it lists them).
 DOCKER_SHIM = r'''#!/bin/sh
 case "$1" in
-  info) echo '{"DefaultRuntime": "nvidia", "Runtimes": {"runc": {}, "nvidia": {}}, "CDISpecDirs": []}' ;;
+  info) [ "$2" = --format ] && [ "$3" = "{{json .}}" ] || { echo "docker stand-in: info $2 $3 is not --format {{json .}}" >&2; exit 2; }
+        echo '{"DefaultRuntime": "nvidia", "Runtimes": {"runc": {}, "nvidia": {}}, "CDISpecDirs": []}' ;;
   run) for a in "$@"; do case "$a" in --env=NVIDIA_VISIBLE_DEVICES=*) echo "${a#*=*=}" | tr ',' '\n' ;; esac; done ;;
   image) case "$3" in *vllm0.25.1*) echo '[{}]' ;; *) echo "Error: No such image: $3" >&2; exit 1 ;; esac ;;
   *) echo "docker stand-in: $* is not available in the test" >&2; exit 1 ;;

@@ -22,7 +22,9 @@ IMAGE = "docker.io/gpustack/runner:cuda12.9-vllm0.25.1@sha256:" + "1" * 64
 SHIM = r'''#!/bin/sh
 echo "$@" >> "$CALLS"
 case "$1" in
-  info) echo "$INFO" ; exit 0 ;;
+  # as the real CLI, only the JSON template gives JSON (a template that renders to a literal would print that)
+  info) [ "$2" = --format ] && [ "$3" = "{{json .}}" ] || { echo "docker stand-in: info $2 $3 is not --format {{json .}}" >&2; exit 2; }
+        echo "$INFO" ; exit 0 ;;
   run) ;;
   *) exit 1 ;;
 esac
