@@ -98,7 +98,7 @@ def test_the_uninstall_removes_the_workload_containers_the_worker_left_behind(tm
     image, names = _node_image(), {}
     try:
         for who in (prefix, other):
-            names[who] = f"pairserve-test-{who.split('.')[0]}"
+            names[who] = f"pairserve-test-{who.split('.', maxsplit=1)[0]}"
             started = _podman("run", "-d", "--name", names[who], "--label", f"{who}/workload=qwen-node-x-abcd",
                               "--network", "none", "--entrypoint", "sleep", image, "600")
             assert started.returncode == 0, started.stderr
