@@ -42,7 +42,7 @@ def broken_vllm(vllm_servers):
 
 
 def verify(inventory, server_url, model, expectations, *, max_model_len=4096, boot_log=None, tokenize=True,
-           checks=None):
+           checks=None, token_record="", revision="a" * 40):
     route = {"name": model, "max_model_len": max_model_len, "multimodal": False}
     if boot_log:
         route["boot_log_path"] = str(boot_log)
@@ -56,6 +56,9 @@ def verify(inventory, server_url, model, expectations, *, max_model_len=4096, bo
         "pairserve_verify_expectations_file": expectations,
         "pairserve_verify_tokenize_url": server_url + "/tokenize" if tokenize else "",
         "pairserve_verify_request_timeout": 120,
+        # No token counts kept on this machine unless a test names a file for them.
+        "pairserve_verify_token_record_path": token_record,
+        "pairserve_checkpoint_revision": revision,
     }
     if checks:
         extra["pairserve_verify_checks"] = checks
@@ -92,6 +95,44 @@ def test_verify_passes_against_the_live_backend(inventory, lab_vllm, expectation
     assert checks["context_past_limit"]["status"] == 400
     assert checks["token_count"]["prompt_tokens"] == checks["token_count"]["reference"]
     assert result["boot"]["kv_cache_tokens"] >= 4096 and result["boot_problems"] == []
+
+
+def test_the_first_verify_records_the_token_count_and_a_changed_count_fails(inventory, lab_vllm, tmp_path):
+    """Without a reference (the real model: no expectations file), the first verify that passes records the fixed
+    prompt's count per route on the server; the next one compares against it, a changed count (a tokenizer that now
+    counts text differently) fails, and a new checkpoint revision records anew."""
+    record = tmp_path / "verify-token-counts.json"
+
+    def run(revision="a" * 40):
+        return verify(inventory, lab_vllm.base_url, lab_vllm.model, "", token_record=str(record), revision=revision,
+                      checks=["token_count"])
+
+    first = run()
+    assert first.rc == 0, (first.stdout[-3000:], first.stderr[-2000:])
+    counts = json.loads(record.read_text())
+    recorded = dict(counts[lab_vllm.model])
+    assert recorded["prompt_tokens"] > 0 and recorded["checkpoint_revision"] == "a" * 40, counts
+    assert by_check(verify_result(first))["token_count"]["reference"] is None
+
+    second = run()
+    assert second.rc == 0, second.stdout[-3000:]
+    check = by_check(verify_result(second))["token_count"]
+    assert check["ok"] and check["reference"] == recorded["prompt_tokens"], check
+    assert json.loads(record.read_text()) == counts
+    assert not [r for r in second.results if r.get("changed")], "a second verify changed something"
+
+    counts[lab_vllm.model]["prompt_tokens"] += 1
+    record.write_text(json.dumps(counts))
+    changed = run()
+    assert changed.rc != 0
+    check = by_check(verify_result(changed))["token_count"]
+    assert not check["ok"] and "the tokenizer changed" in check["message"], check
+    assert check["reference"] == recorded["prompt_tokens"] + 1
+
+    moved = run(revision="b" * 40)
+    assert moved.rc == 0, moved.stdout[-3000:]
+    entry = json.loads(record.read_text())[lab_vllm.model]
+    assert entry["checkpoint_revision"] == "b" * 40 and entry["prompt_tokens"] == recorded["prompt_tokens"], entry
 
 
 def test_verify_counts_tokens_through_the_route_when_tokenize_is_not_proxied(inventory, lab_vllm, expectations):
