@@ -117,6 +117,17 @@ options:
       - Seconds to wait for each replacement instance to reach V(running) when more instances remain to roll.
     type: int
     default: 900
+  restart:
+    description:
+      - Roll the model's instances out although its spec is unchanged, one at a time as O(rollout) does, because the files
+        under O(local_path) changed (a patched tokenizer, a checkpoint exported again), which GPUStack cannot see,
+        and vLLM reads its tokenizer and processor only when it starts.
+      - A model that does not exist yet, or has no instance, has nothing to restart; a model whose spec changed is
+        rolled out by O(rollout) anyway.
+      - Drain the replica from its routes first (the route weights of role pairserve.llm.maintenance), since a deleted
+        instance stops serving at once.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - pairserve.llm.gpustack
   - pairserve.llm.attributes
@@ -162,6 +173,11 @@ model:
   returned: always
   type: dict
   sample: {"id": 7, "name": "qwen-node-a", "replicas": 1, "backend": "vLLM", "backend_version": "0.25.1"}
+restarted:
+  description: Whether the instances were rolled out for O(restart), the spec being unchanged (in check mode, would be).
+  returned: always
+  type: bool
+  sample: false
 changed_fields:
   description: Managed fields that differed from the server.
   returned: always
@@ -303,6 +319,26 @@ def rollout(module, client, model_id, timeout):
     return rolled
 
 
+def restart(module, client, result, existing, timeout):
+    """Roll out the instances of an unchanged model (its files changed); check mode names them only."""
+    try:
+        names = [i.get("name") for i in sorted(_instances(client, existing["id"]), key=lambda i: i["id"])]
+    except GpuStackError as err:
+        fail(module, err, "cannot list the instances of GPUStack model %r" % existing.get("name"))
+    if not names:
+        return
+    result.update(changed=True, restarted=True, rolled_out=names)
+    result["diff"] = {"before": "model %s: instances %s\n" % (existing.get("name"), ", ".join(names)),
+                      "after": "model %s: instances restarted (the files under local_path changed)\n"
+                               % existing.get("name")}
+    if module.check_mode:
+        return
+    try:
+        result["rolled_out"] = rollout(module, client, existing["id"], timeout)
+    except GpuStackError as err:
+        fail(module, err, "could not restart the instances of GPUStack model %r" % existing.get("name"))
+
+
 def main():
     spec = gpustack_argument_spec()
     spec.update(
@@ -323,6 +359,7 @@ def main():
         description={"type": "str"},
         rollout={"type": "bool", "default": True},
         rollout_timeout={"type": "int", "default": 900},
+        restart={"type": "bool", "default": False},
     )
     module = AnsibleModule(
         argument_spec=spec, supports_check_mode=True, required_one_of=GPUSTACK_REQUIRED_ONE_OF,
@@ -331,7 +368,7 @@ def main():
     )
     p = module.params
     name = p["name"]
-    result = {"changed": False, "model": {}, "changed_fields": [], "rolled_out": []}
+    result = {"changed": False, "model": {}, "changed_fields": [], "rolled_out": [], "restarted": False}
     if p["replicas"] < 0:
         module.fail_json(msg="replicas is %d: use 0 (stopped) or more" % p["replicas"])
     if p["gpu_ids"] is not None and p["gpus_per_replica"] and len(p["gpu_ids"]) < p["gpus_per_replica"]:
@@ -375,6 +412,8 @@ def main():
     result["changed_fields"] = sorted(changed)
     if not changed:
         result["model"] = existing
+        if p["restart"] and existing:
+            restart(module, client, result, existing, p["rollout_timeout"])
         module.exit_json(**result)
 
     result["changed"] = True

@@ -120,6 +120,31 @@ def test_spec_change_is_a_per_field_diff_and_rolls_the_instance(gpustack_server,
     run_module("gpustack_model", {**gpustack_server.key_args, "name": "rep-roll", "state": "absent"})
 
 
+def test_restart_rolls_out_the_instances_of_an_unchanged_model(gpustack_server, checkpoint):
+    """restart: the files under local_path changed (a patched tokenizer), the spec did not; GPUStack cannot see it,
+    so the module rolls the instances out itself. Nothing to restart for a model created now."""
+    args = model_args(gpustack_server, checkpoint, "rep-restart", [0, 1])
+    created = run_module("gpustack_model", dict(args, restart=True))
+    assert created.changed and not created["restarted"] and created["rolled_out"] == []
+    first = wait_for(lambda: instances(gpustack_server, "rep-restart"), what="the first instance")
+    old_ids = {i["id"] for i in first}
+
+    check = run_module("gpustack_model", dict(args, restart=True), check=True, diff=True)
+    assert check.changed and check["restarted"] and check["changed_fields"] == []
+    assert check["rolled_out"] == [i["name"] for i in first] and "restarted" in check["diff"]["after"]
+    assert {i["id"] for i in instances(gpustack_server, "rep-restart")} == old_ids  # check mode touched nothing
+
+    done = run_module("gpustack_model", dict(args, restart=True))
+    assert done.changed and done["restarted"] and done["rolled_out"] == [i["name"] for i in first]
+    wait_for(lambda: [i for i in instances(gpustack_server, "rep-restart") if i["id"] not in old_ids],
+             what="GPUStack to recreate the restarted instance")
+    assert not [i for i in instances(gpustack_server, "rep-restart") if i["id"] in old_ids]
+
+    plain = run_module("gpustack_model", args)
+    assert not plain.changed and not plain["restarted"] and plain["rolled_out"] == []
+    run_module("gpustack_model", {**gpustack_server.key_args, "name": "rep-restart", "state": "absent"})
+
+
 def test_switch_between_custom_and_vllm_backends(gpustack_server, checkpoint):
     base = model_args(gpustack_server, checkpoint, "rep-custom", [0])
     custom = dict(base, backend="Custom", image_name="localhost/pairserve/vllm-cpu:test",
