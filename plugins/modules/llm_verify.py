@@ -14,7 +14,10 @@ description:
     route name, or one vLLM replica directly) and checks the answers, the way the application uses them.
   - "Checks: V(text) (an answer and a reasoning with O(text.reasoning_effort), enough O(text.max_tokens) for the
     reasoning budget); V(tool_call) (a tool schema must give a parsed C(tool_calls) entry); V(images) (O(image_count)
-    fresh random PNGs built at run time, never cached, must answer 200); V(context) (a prompt just inside
+    fresh random PNGs built at run time, never cached, past the 2,048 image tokens of the seed's tokenizer
+    truncation, must answer 200, and the server must count exactly the image tokens that O(image_processor) gives;
+    a control request below 2,048 follows, pass or fail); V(images_refused) (the text profile's side: one fresh image
+    must get vLLM's refusal, since the replica runs without its vision tower); V(context) (a prompt just inside
     O(max_model_len) must answer 200 and one past it must get vLLM's 400); V(token_count) (C(usage.prompt_tokens) of
     a fixed prompt must equal O(token_count.reference))."
   - With expected answers (O(text.expect_content), O(text.expect_reasoning), O(tool_call.expect_name),
@@ -56,10 +59,10 @@ options:
     description: Label of the target in results and messages (a replica or route name). Defaults to O(model).
     type: str
   checks:
-    description: Checks to run, always in the order text, tool_call, images, context, token_count.
+    description: Checks to run, always in the order text, tool_call, images, images_refused, context, token_count.
     type: list
     elements: str
-    choices: [text, tool_call, images, context, token_count]
+    choices: [text, tool_call, images, images_refused, context, token_count]
     default: [text, tool_call, context, token_count]
   max_model_len:
     description:
@@ -201,9 +204,12 @@ options:
     elements: dict
     default: []
 notes:
-  - The image check's sizing (image tokens per frame from the processor geometry, the request past 2,048, the
-    text-only twin, the control request) is tested against a scripted server; the test suite's CPU vLLM does not
-    serve a vision model, so the served image path itself is proven on real hardware only.
+  - The image check is proved in both directions against a real vLLM 0.25.1 (its CPU build) serving a tiny
+    Qwen2.5-VL checkpoint - it fails as C(tokenizer_truncation) with the seed's unpatched tokenizer files and passes,
+    with the exact image-token count, after M(pairserve.llm.tokenizer_patch) and a restart - and V(images_refused)
+    against the same checkpoint served with C(--language-model-only). What it cannot prove there is the real
+    checkpoint's processor geometry, so give its C(preprocessor_config.json) as O(image_processor); a wrong geometry
+    fails the exact count (class C(config)).
 seealso:
   - module: pairserve.llm.llm_bench
   - module: pairserve.llm.gpustack_info
@@ -334,7 +340,7 @@ def main():
             model=dict(type="str", required=True),
             name=dict(type="str"),
             checks=dict(type="list", elements="str", default=["text", "tool_call", "context", "token_count"],
-                        choices=["text", "tool_call", "images", "context", "token_count"]),
+                        choices=["text", "tool_call", "images", "images_refused", "context", "token_count"]),
             max_model_len=dict(type="int"),
             text=dict(type="dict", default={}, options=dict(
                 messages=dict(type="list", elements="dict"),

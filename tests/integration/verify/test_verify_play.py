@@ -1,9 +1,7 @@
 """playbooks/verify.yml and playbooks/bench.yml against real CPU vLLM servers serving the tiny model.
 
 The tiny model is overfit on verification.json's prompts, so the checks compare exact answers and can fail
-for real. The image path is NOT served here (vLLM's CPU build has no tiny vision model in this suite): the
-image check's request construction is tested in tests/unit/plugins/module_utils/test_openai_probe.py, and the served image path
-is proven on real hardware only.
+for real. The image check against a served vision checkpoint, both ways, is test_image_truncation.py.
 """
 
 from __future__ import annotations
@@ -14,19 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from verify_helpers import by_check, verify, verify_result
+
 from lab.ansible_runner import REPO, run_playbook
 from lab.vllm_server import free_port, tiny_model
 
-VERIFY = REPO / "playbooks" / "verify.yml"
 BENCH = REPO / "playbooks" / "bench.yml"
-
-
-@pytest.fixture(scope="module")
-def inventory(tmp_path_factory):
-    path = tmp_path_factory.mktemp("inv") / "hosts.yml"
-    path.write_text("all:\n  children:\n    gpustack_server:\n      hosts:\n        localhost:\n"
-                    "          ansible_connection: local\n")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -41,51 +32,15 @@ def broken_vllm(vllm_servers):
     return vllm_servers(name="broken", profile={"max_model_len": 1024, "enable_auto_tool_choice": False})
 
 
-def verify(inventory, server_url, model, expectations, *, max_model_len=4096, boot_log=None, tokenize=True,
-           checks=None, token_record="", revision="a" * 40):
-    route = {"name": model, "max_model_len": max_model_len, "multimodal": False}
-    if boot_log:
-        route["boot_log_path"] = str(boot_log)
-    extra = {
-        "pairserve_verify_api_url": server_url,
-        "pairserve_verify_api_key": "",
-        "pairserve_verify_wait_for_instances": False,
-        "pairserve_verify_gpustack_api_url": "",
-        "pairserve_verify_gpustack_api_key": "",
-        "pairserve_verify_routes": [route],
-        "pairserve_verify_expectations_file": expectations,
-        "pairserve_verify_tokenize_url": server_url + "/tokenize" if tokenize else "",
-        "pairserve_verify_request_timeout": 120,
-        # No token counts kept on this machine unless a test names a file for them.
-        "pairserve_verify_token_record_path": token_record,
-        "pairserve_checkpoint_revision": revision,
-    }
-    if checks:
-        extra["pairserve_verify_checks"] = checks
-    return run_playbook(VERIFY, inventory=inventory, extra_vars=extra, timeout=900)
-
-
-def verify_result(res):
-    """The llm_verify task result (the last record whose item is the route)."""
-    flat = []
-    for record in res.results:  # a looped task records its items under "results"
-        flat.extend(record.get("results") or [record])
-    records = [r for r in flat if "checks" in r and "failed_checks" in r and r.get("checks")]
-    assert records, "no llm_verify result recorded:\n%s\n%s" % (res.stdout[-3000:], res.stderr[-2000:])
-    return records[-1]
-
-
-def by_check(result):
-    return {c["check"]: c for c in result["checks"]}
-
-
 def test_verify_passes_against_the_live_backend(inventory, lab_vllm, expectations):
     res = verify(inventory, lab_vllm.base_url, lab_vllm.model, expectations, boot_log=lab_vllm.log_path)
     assert res.rc == 0, res.stdout[-4000:]
     result = verify_result(res)
     checks = by_check(result)
-    assert set(checks) == {"text", "tool_call", "context_near_limit", "context_past_limit", "token_count"}
+    assert set(checks) == {"text", "tool_call", "images_refused", "context_near_limit", "context_past_limit", "token_count"}
     assert all(c["ok"] for c in checks.values()), checks
+    # a text route: the text-only checkpoint refuses an image with vLLM's own 400
+    assert checks["images_refused"]["status"] == 400 and "not a multimodal model" in checks["images_refused"]["message"]
     # exact answers of the overfit model, not just "something came back"
     assert checks["text"]["content"] == "The pair is ready." and checks["text"]["reasoning"] == "verification"
     call = checks["tool_call"]["tool_calls"][0]["function"]

@@ -1,6 +1,7 @@
 """The image check's sizing: image tokens per frame from a Qwen-VL processor geometry, and the check itself over a
 scripted chat client that counts image tokens with a processor geometry and truncates like the seed's unpatched
-tokenizer (the suite's CPU vLLM serves no vision model; the served path is proven on real hardware only)."""
+tokenizer. The served path (a real vLLM 0.25.1 serving a tiny Qwen2.5-VL checkpoint, unpatched and patched) is
+tests/integration/verify/test_image_truncation.py."""
 
 from __future__ import annotations
 
@@ -84,18 +85,22 @@ def test_a_patched_checkpoint_answers_and_the_server_counts_the_image_tokens_sen
     server = ScriptedVisionServer(QWEN25_VL)
     result = probe.check_images(server, "qwen", 12, 448, text_ok=True, geometry=QWEN25_VL)
     assert result["ok"], result
-    assert result["image_tokens_expected"] == 3072 and result["image_tokens_server"] == 3072 + 12 * 2
-    assert [r["images"] for r in server.requests] == [12, 0], "the request, then its text-only twin"
-    assert "past the 2048-token truncation" in result["message"]
+    assert result["image_tokens_per_frame"] == 256
+    assert result["image_tokens_expected"] == result["image_tokens_server"] == 12 * (256 + 2)
+    assert result["prompt_tokens"] == 40 + 12 * 258
+    assert [r["images"] for r in server.requests] == [12, 0, 7], "the request, its text-only twin, the control"
+    assert "past the 2048-token truncation" in result["message"] and "answered too" in result["message"]
+    assert result["control"] == {"images": 7, "image_tokens_expected": 7 * 258, "status": 200, "ok": True}
 
 
-def test_an_unpatched_checkpoint_fails_as_the_truncation_and_the_control_request_shows_where():
+@pytest.mark.parametrize("text_ok", [True, None], ids=["after-text-check", "image-check-alone"])
+def test_an_unpatched_checkpoint_fails_as_the_truncation_and_the_control_request_shows_where(text_ok):
     server = ScriptedVisionServer(QWEN25_VL, truncate=2048)
-    result = probe.check_images(server, "qwen", 12, 448, text_ok=True, geometry=QWEN25_VL)
+    result = probe.check_images(server, "qwen", 12, 448, text_ok=text_ok, geometry=QWEN25_VL)
     assert not result["ok"] and result["class"] == "tokenizer_truncation" and result["permanent"]
     assert "run tokenizer_patch" in result["message"]
     # The control request stays below the boundary, wrappers included: 7 frames of 256 + 2 tokens.
-    assert result["control"] == {"images": 7, "image_tokens_expected": 7 * 256, "status": 200, "ok": True}
+    assert result["control"] == {"images": 7, "image_tokens_expected": 7 * 258, "status": 200, "ok": True}
     assert "A control request with 7 fresh frames" in result["message"]
     assert [r["images"] for r in server.requests] == [12, 7]
 
@@ -107,10 +112,32 @@ def test_a_control_request_that_fails_too_is_not_called_the_truncation():
     assert "fails whatever the size" in result["message"]
 
 
-def test_a_server_that_shrinks_the_frames_fails_the_check_instead_of_passing_below_the_boundary():
-    # The checkpoint's processor caps frames at 224 x 224 (64 tokens each): 12 frames are 768 image tokens,
-    # below 2,048, so a pass would prove nothing about the truncation.
-    server = ScriptedVisionServer({"patch_size": 14, "merge_size": 2, "min_pixels": 3136, "max_pixels": 50176})
+@pytest.mark.parametrize("served, counted", [
+    # The checkpoint's processor caps frames at 224 x 224 (64 tokens each): 12 frames are 792 tokens, below
+    # 2,048, so a pass would prove nothing about the truncation.
+    ({"patch_size": 14, "merge_size": 2, "min_pixels": 3136, "max_pixels": 50176}, 12 * 66),
+    # Its patches are 16 px where the check assumed 14: 196 tokens a frame, not 256. Still past 2,048, but the
+    # check's sizing (and its control request) rest on a geometry that is not the replica's.
+    (QWEN3_VL, 12 * 198),
+])
+def test_a_server_whose_processor_differs_from_the_geometry_fails_the_check(served, counted):
+    server = ScriptedVisionServer(served)
     result = probe.check_images(server, "qwen", 12, 448, text_ok=True, geometry=QWEN25_VL)
     assert not result["ok"] and result["class"] == "config"
-    assert re.search(r"counted \d+ image tokens for 12 frames of 448x448, fewer than the 3072", result["message"])
+    assert result["image_tokens_server"] == counted
+    assert re.search(r"counted %d image tokens for 12 frames of 448x448, the processor geometry .* gives 3096" % counted,
+                     result["message"])
+    assert "preprocessor_config.json as image_processor" in result["message"]
+
+
+def test_a_control_request_that_fails_where_the_large_one_answered_fails_the_check():
+    class Flaky(ScriptedVisionServer):
+        def chat(self, payload, timeout=None):
+            resp = super().chat(payload, timeout)
+            if len(self.requests) == 3:
+                return probe.Response(resp.url, 500, {"error": {"message": "EngineDeadError"}}, "EngineDeadError", 0.1)
+            return resp
+
+    result = probe.check_images(Flaky(QWEN25_VL), "qwen", 12, 448, text_ok=True, geometry=QWEN25_VL)
+    assert not result["ok"] and result["class"] == "server_error" and result["control"]["status"] == 500
+    assert "the image path is not reliable" in result["message"]
