@@ -9,7 +9,8 @@ name: pairserve_results
 type: aggregate
 short_description: Write raw task results as JSON lines (pairserve test suite only)
 description:
-  - Appends one JSON object per task result to the file named by E(PAIRSERVE_RESULTS_FILE).
+  - Appends one JSON object per task result to the file named by E(PAIRSERVE_RESULTS_FILE), with the host
+    (C(_host)), the task's name (C(_task)), its module as written in the task (C(_action)) and the outcome (C(_status)).
   - Unlike the builtin tree callback it keeps C(diff), which the module tests assert on.
 requirements:
   - E(PAIRSERVE_RESULTS_FILE) set
@@ -34,6 +35,7 @@ class CallbackModule(CallbackBase):
         record = dict(result._result)  # pylint: disable=protected-access
         record["_host"] = result._host.get_name()  # pylint: disable=protected-access
         record["_task"] = result.task_name
+        record["_action"] = result._task.action  # pylint: disable=protected-access  # the module, as written in the task
         record["_status"] = status
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, default=str) + "\n")
