@@ -53,10 +53,11 @@ WORKER_PORT = {host: (yaml.safe_load((INVENTORY / "host_vars" / f"{host}.yml").r
 
 
 def ran(step: str, what: str) -> None:
-    """Skip a check whose step left no exit status: scripts/lab.sh upgrade stops after a failed previous-pins step."""
+    """Fail a check whose step left no exit status (scripts/lab.sh upgrade stops after a failed previous-pins step):
+    a check that did not run has proved nothing, so it must not pass as skipped."""
     if not (DIR / f"{step}.rc").exists():
-        pytest.skip(f"{what}: the step did not run (no {DIR / step}.rc; see the previous-pins check and "
-                    f"{DIR / 'previous.log'})")
+        pytest.fail(f"{what}: the step did not run (no {DIR / step}.rc; see the previous-pins check and "
+                    f"{DIR / 'previous.log'})", pytrace=False)
 
 
 def flat(log: str) -> str:
@@ -79,7 +80,7 @@ def before():
     """GPUStack and the replicas as scripts/lab.sh recorded them right before the new pins."""
     path = DIR / "before.json"
     if not path.exists():
-        pytest.skip(f"no {path}: the new pins' step did not run")
+        pytest.fail(f"no {path}: the new pins' step did not run", pytrace=False)
     return json.loads(path.read_text())
 
 
