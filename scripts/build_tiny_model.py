@@ -264,12 +264,10 @@ def _train(hf, randomise_only):
     return model, seqs, steps
 
 
-def build(out, randomise_only=False):
-    """Build the model into `out` (atomically: a temp dir renamed into place). Returns build.json's dict."""
-    fingerprint = _fingerprint()
-    started = time.time()
-    hf = _build_tokenizer()
-    model, seqs, steps = _train(hf, randomise_only)
+def _publish(out, hf, model, write_rest, **info):
+    """Save tokenizer and model into a temp dir beside ``out``, keep the seed's truncation in tokenizer.json, let
+    ``write_rest(tmp)`` add the other files, write build.json (``info`` with the files' hashes) and rename the
+    directory into place: a build that stops leaves no half model at ``out``. Returns build.json's dict."""
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=out.parent))
     try:
         hf.save_pretrained(tmp)
@@ -278,13 +276,34 @@ def build(out, randomise_only=False):
         data = json.loads(tokenizer_json.read_text())
         data["truncation"] = TRUNCATION
         tokenizer_json.write_text(json.dumps(data, ensure_ascii=False, indent=2))
+        write_rest(tmp)
+        files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(tmp.iterdir()) if p.is_file()}
+        info = dict(info, parameters=sum(x.numel() for x in model.parameters()), vocab=len(hf), files=files)
+        (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return info
+
+
+def build(out, randomise_only=False):
+    """Build the model into `out` (atomically: a temp dir renamed into place). Returns build.json's dict."""
+    fingerprint = _fingerprint()
+    started = time.time()
+    hf = _build_tokenizer()
+    model, seqs, steps = _train(hf, randomise_only)
+
+    def write_rest(tmp):
         eos, pad = model.config.eos_token_id, model.config.pad_token_id
         # Sampling defaults like a real Qwen3 release: vLLM applies them unless --override-generation-config wins,
         # which is why every check sends temperature 0.
         (tmp / "generation_config.json").write_text(json.dumps(
             {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "eos_token_id": [eos], "pad_token_id": pad}, indent=1))
         checks = []
-        for check, (prompt_ids, dummy) in zip(CHECKS, seqs):
+        for check, (prompt_ids, _dummy) in zip(CHECKS, seqs):
             entry = {k: v for k, v in check.items() if k != "completion"}
             entry["prompt_tokens"] = len(prompt_ids)
             entry["completion"] = check["completion"]
@@ -299,22 +318,13 @@ def build(out, randomise_only=False):
             "checks": checks,
         }
         (tmp / "verification.json").write_text(json.dumps(verification, indent=1) + "\n")
-        seconds = round(time.time() - started, 1)
-        files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(tmp.iterdir()) if p.is_file()}
-        info = dict(fingerprint, seconds=seconds, steps=steps, trained=not randomise_only,
-                    parameters=sum(x.numel() for x in model.parameters()), vocab=len(hf), files=files)
-        (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return info
+
+    info = dict(fingerprint, seconds=round(time.time() - started, 1), steps=steps, trained=not randomise_only)
+    return _publish(out, hf, model, write_rest, **info)
 
 
 def _vision_model(hf):
-    """The tiny random Qwen2.5-VL (DESIGN's shape that vLLM 0.25.1's processor accepts), bf16, seed 0."""
+    """The tiny random Qwen2.5-VL (a shape vLLM 0.25.1's processor and model code accept), bf16, seed 0."""
     import torch  # pylint: disable=import-outside-toplevel
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration  # pylint: disable=import-outside-toplevel
 
@@ -349,31 +359,17 @@ def build_vision(out):
     hf.add_special_tokens({"additional_special_tokens": [AddedToken(t, special=True, normalized=False) for t in VISION]})
     hf.chat_template = VISION_TEMPLATE
     model = _vision_model(hf)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=out.parent))
-    try:
-        hf.save_pretrained(tmp)
-        model.save_pretrained(tmp)
-        tokenizer_json = tmp / "tokenizer.json"
-        data = json.loads(tokenizer_json.read_text())
-        data["truncation"] = TRUNCATION
-        tokenizer_json.write_text(json.dumps(data, ensure_ascii=False, indent=2))
+
+    def write_rest(tmp):
         (tmp / "preprocessor_config.json").write_text(json.dumps(VISION_PREPROCESSOR, indent=1) + "\n")
         (tmp / "chat_template.jinja").write_text(VISION_TEMPLATE)
         verification = {"model": "qwen2_5-vl-tiny", "trained": False, "native_context": NATIVE_CONTEXT,
                         "tokenizer_truncation_max_length": TRUNCATION["max_length"], "request": {"temperature": 0, "max_tokens": 1},
                         "checks": [], "image_processor": VISION_PREPROCESSOR}
         (tmp / "verification.json").write_text(json.dumps(verification, indent=1) + "\n")
-        files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(tmp.iterdir()) if p.is_file()}
-        info = dict(fingerprint, seconds=round(time.time() - started, 1), steps=0, trained=False, vision=True,
-                    parameters=sum(x.numel() for x in model.parameters()), vocab=len(hf), files=files)
-        (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return info
+
+    info = dict(fingerprint, seconds=round(time.time() - started, 1), steps=0, trained=False, vision=True)
+    return _publish(out, hf, model, write_rest, **info)
 
 
 def main(argv=None):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.pairserve.llm.plugins.module_utils import cuda, firewall
+from ansible_collections.pairserve.llm.plugins.module_utils import cuda, firewall, hub
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
     BUILTIN_PROFILES,
+    DEFAULT_VERSION,
     SUPPORTED_VERSIONS,
     VllmArgsError,
     profile_names,
@@ -37,9 +38,7 @@ VIEW_VARS = (
 SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_password")
 SERVING_MODES = ("pooled", "split")
 EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
-REVISION = re.compile(r"^[0-9a-f]{40}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 CAPABLE_CHECKPOINT = {"vision": True, "hybrid": True, "mtp": True}
 # GPUStack names: letters, digits and dashes (its model and worker names end up in URLs and container names).
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -77,11 +76,11 @@ def _check_pins(out, host, view, constraints_versions):
         out.add(host, "pairserve_vllm_version", "%s: the collection renders vLLM arguments for %s only"
                 % (vllm, ", ".join(SUPPORTED_VERSIONS)))
     revision = view.get("pairserve_checkpoint_revision")
-    if not isinstance(revision, str) or not REVISION.match(revision):
+    if not isinstance(revision, str) or not hub.COMMIT_RE.match(revision):
         out.add(host, "pairserve_checkpoint_revision", "%r is not a 40-hex commit sha (GPUStack has no revision "
                 "field: a branch name would drift)" % (revision,))
     repo = view.get("pairserve_checkpoint_repo")
-    if not isinstance(repo, str) or not REPO_ID.match(repo):
+    if not isinstance(repo, str) or not hub.REPO_ID_RE.match(repo):
         out.add(host, "pairserve_checkpoint_repo", "%r is not a Hugging Face repository id (org/name)" % (repo,))
     image, digest = view.get("pairserve_runner_image"), view.get("pairserve_runner_image_digest")
     if not isinstance(image, str) or not image or any(c.isspace() for c in image):
@@ -138,7 +137,7 @@ def _check_profile(out, host, view, name):
     try:
         # The checkpoint is not downloaded yet: render against one that has whatever the profile asks for, so that
         # only the profile's own mistakes show here; the replica role checks it against the real checkpoint.
-        render(profile, view.get("pairserve_vllm_version") or "0.25.1", checkpoint=CAPABLE_CHECKPOINT)
+        render(profile, view.get("pairserve_vllm_version") or DEFAULT_VERSION, checkpoint=CAPABLE_CHECKPOINT)
     except VllmArgsError as exc:
         out.add(host, "pairserve_profiles" if name in user_profiles else "pairserve_replica_profile", str(exc))
 
