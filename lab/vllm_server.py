@@ -172,7 +172,7 @@ class VllmServer:
                                    % (self.name, self.proc.returncode, self.log_path, self.log_text()[-6000:]))
             self.peak_rss_mib = max(self.peak_rss_mib, self.rss_mib())
             try:
-                # Ready = a real completion answers; /health alone answered 200 where completions failed (DESIGN).
+                # Ready = a real completion answers; /health alone answered 200 where completions failed (the seed).
                 resp = self.chat([{"role": "user", "content": "Say hello."}], timeout=30, max_tokens=1, temperature=0)
                 if resp.status_code == 200:
                     self.boot_seconds = round(time.monotonic() - started, 1)

@@ -85,7 +85,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import VllmArgsError, render
+from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import DEFAULT_VERSION, VllmArgsError, render
 
 
 def _render(profile, version, checkpoint, pair, style):
@@ -95,7 +95,7 @@ def _render(profile, version, checkpoint, pair, style):
         raise AnsibleFilterError("pairserve.llm.vllm_args: %s" % exc) from exc
 
 
-def vllm_args(profile, version="0.25.1", checkpoint=None, pair=None, style="equals"):
+def vllm_args(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="equals"):
     """Profile -> argv list (warnings dropped: use vllm_profile_check to see them)."""
     return _render(profile, version, checkpoint, pair, style).argv
 

@@ -29,8 +29,11 @@ options:
     type: str
     default: 0.25.1
   checkpoint:
-    description: Checkpoint facts (architecture, model_type, hybrid, vision, mtp, native_context, quantization).
-    type: dict
+    description:
+      - Checkpoint facts (architecture, model_type, hybrid, vision, mtp, native_context, quantization).
+      - V(unknown) before the checkpoint is downloaded - rendered against one that has whatever the profile asks for
+        (vision tower, hybrid layers, MTP head), so that only the profile's own mistakes and the pair's limits show.
+    type: raw
     default: {}
   pair:
     description: GPU pair facts as gpu_pairs reports them (memory_total_mib per GPU, compute_capability, fp4_path).
@@ -79,11 +82,16 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import VllmArgsError, render
+from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import ANY_CHECKPOINT, DEFAULT_VERSION, VllmArgsError, render
 
 
-def vllm_profile_check(profile, version="0.25.1", checkpoint=None, pair=None, style="equals"):
-    """Profile -> {argv, warnings, profile (resolved), version}."""
+def vllm_profile_check(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="equals"):
+    """Profile -> {argv, warnings, profile (resolved), version}. ``checkpoint`` "unknown": not downloaded yet."""
+    if checkpoint == "unknown":
+        checkpoint = ANY_CHECKPOINT
+    elif checkpoint is not None and not isinstance(checkpoint, dict):
+        raise AnsibleFilterError("pairserve.llm.vllm_profile_check: checkpoint must be the checkpoint facts (a dict) or "
+                                 "'unknown', got %r" % (checkpoint,))
     try:
         rendered = render(profile, version, checkpoint, pair, style=style)
     except VllmArgsError as exc:

@@ -16,6 +16,7 @@ import re
 from ansible_collections.pairserve.llm.plugins.module_utils import cuda, firewall, hub
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
+    ANY_CHECKPOINT,
     BUILTIN_PROFILES,
     DEFAULT_VERSION,
     SUPPORTED_VERSIONS,
@@ -39,7 +40,6 @@ SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_passw
 SERVING_MODES = ("pooled", "split")
 EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-CAPABLE_CHECKPOINT = {"vision": True, "hybrid": True, "mtp": True}
 # GPUStack names: letters, digits and dashes (its model and worker names end up in URLs and container names).
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -135,9 +135,8 @@ def _check_profile(out, host, view, name):
         return
     profile = dict(user_profiles.get(name) or {}, name=name)
     try:
-        # The checkpoint is not downloaded yet: render against one that has whatever the profile asks for, so that
-        # only the profile's own mistakes show here; the replica role checks it against the real checkpoint.
-        render(profile, view.get("pairserve_vllm_version") or DEFAULT_VERSION, checkpoint=CAPABLE_CHECKPOINT)
+        # The checkpoint is not downloaded yet (vllm_args.ANY_CHECKPOINT), nor are the cards known.
+        render(profile, view.get("pairserve_vllm_version") or DEFAULT_VERSION, checkpoint=ANY_CHECKPOINT)
     except VllmArgsError as exc:
         out.add(host, "pairserve_profiles" if name in user_profiles else "pairserve_replica_profile", str(exc))
 

@@ -38,6 +38,10 @@ from ansible_collections.pairserve.llm.plugins.module_utils.nvml import fp4_path
 # 0.27.1 ... 0.32.0, vllm 0.33.0). 0.25.1 is the seed's pin; an upgrade changes one inventory variable.
 SUPPORTED_VERSIONS = ("0.25.1", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 DEFAULT_VERSION = "0.25.1"
+# The checkpoint facts to render against before the checkpoint is downloaded (the validation play, the replica role's
+# check before anything is installed): one that has whatever a profile asks for, so that only the profile's own
+# mistakes and the cards' limits show; the replica role renders again against the real checkpoint.
+ANY_CHECKPOINT = {"vision": True, "hybrid": True, "mtp": True}
 
 # Parser names registered by each release (the keys of _REASONING_PARSERS_TO_REGISTER /
 # _TOOL_PARSERS_TO_REGISTER in vllm/reasoning/__init__.py and vllm/tool_parsers/__init__.py, read from
@@ -284,7 +288,7 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
             % (name, checkpoint.get("architecture") or "(unknown architecture)")
         )
     if not wants_vision and has_vision:
-        # DESIGN: --language-model-only skips the tower; {"image":0} alone still loads it.
+        # --language-model-only skips the tower; {"image":0} alone still loads it (vLLM's source).
         add("--language-model-only")
 
     # -- memory -----------------------------------------------------------------------------------

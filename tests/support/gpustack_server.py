@@ -241,6 +241,10 @@ class GpuStackServer:
     worker_name: str = WORKER_NAME
     worker_port: int = 0
     gpu_count: int = 2
+    # A recorded NVML host (tests/fixtures/nvml/*.json): the worker then DETECTS its GPUs through gpustack-runtime
+    # over the NVML replay, as the lab's workers do, so its record carries the recording's UUIDs; without it the
+    # worker declares gpu_count static GPUs, which GPUStack 2.2.3 records without UUIDs (config.get_gpu_devices).
+    nvml_recording: Path | None = None
     server_log: Path = None
     worker_log: Path = None
     timings: dict = field(default_factory=dict)
@@ -313,7 +317,8 @@ class GpuStackServer:
             "server_url": self.api_url, "token": self._token, "worker_name": self.worker_name,
             "data_dir": str(worker_dir / "data"), "log_dir": str(worker_dir / "log"),
             "worker_ip": "127.0.0.1", "worker_port": worker_port, "worker_metrics_port": free_port(),
-            "disable_worker_metrics": True, "proxy_port": free_port(), "resources": fake_resources(self.gpu_count),
+            "disable_worker_metrics": True, "proxy_port": free_port(),
+            "resources": fake_resources(self.gpu_count, gpus=self.nvml_recording is None),
         }
         wcfg = worker_dir / "config.yaml"
         wcfg.write_text(json.dumps(worker_cfg, indent=1))
@@ -322,10 +327,26 @@ class GpuStackServer:
         with open(self.worker_log, "wb") as log:
             self._worker = subprocess.Popen([gpustack, "start", "--config-file", str(wcfg)], stdout=log,
                                             stderr=subprocess.STDOUT, cwd=worker_dir, start_new_session=True,
-                                            env=_clean_env({"GPUSTACK_RUNTIME_DEPLOY": "Podman"}))
+                                            env=_clean_env(dict({"GPUSTACK_RUNTIME_DEPLOY": "Podman"},
+                                                                **self._replay_env(worker_dir))))
         self._wait_worker_ready(started)
         self.timings["total_s"] = round(time.monotonic() - total, 1)
         _log(f"ready: {self.timings}")
+
+    def _replay_env(self, worker_dir: Path) -> dict:
+        """The worker's environment for GPU detection over the NVML replay (none without a recording): the lab's
+        sitecustomize.py and the collection's nvml_replay.py on its PYTHONPATH, the recording, and no PCI check
+        (this machine has no NVIDIA device in /sys)."""
+        if self.nvml_recording is None:
+            return {}
+        replay = worker_dir / "nvml"
+        replay.mkdir()
+        shutil.copy(REPO / "scripts" / "lib" / "nvml_sitecustomize.py", replay / "sitecustomize.py")
+        shutil.copy(REPO / "plugins" / "module_utils" / "nvml_replay.py", replay / "nvml_replay.py")
+        with open(self.nvml_recording, encoding="utf-8") as handle:
+            self.gpu_count = len(json.load(handle)["devices"])
+        return {"PYTHONPATH": str(replay), "PAIRSERVE_NVML_REPLAY": str(self.nvml_recording),
+                "GPUSTACK_RUNTIME_DETECT_NO_PCI_CHECK": "1"}
 
     def _launch_server(self, log_mode: str) -> None:
         with open(self.server_log, log_mode) as log:
@@ -404,10 +425,10 @@ class GpuStackServer:
             self._postgres.stop()
 
 
-def fake_resources(gpu_count: int = 2) -> dict:
-    """Static worker resources: the system plus `gpu_count` RTX 5080-like GPUs (16 GiB, cc 12.0)."""
+def fake_resources(gpu_count: int = 2, gpus: bool = True) -> dict:
+    """Static worker resources: the system plus (with ``gpus``) `gpu_count` RTX 5080-like GPUs (16 GiB, cc 12.0)."""
     gib = 1024 ** 3
-    return {
+    resources = {
         "cpu": {"total": 16},
         "memory": {"total": 64 * gib},
         "swap": {"total": 0},
@@ -421,6 +442,9 @@ def fake_resources(gpu_count: int = 2) -> dict:
             for i in range(gpu_count)
         ],
     }
+    if not gpus:
+        del resources["gpu_devices"]
+    return resources
 
 
 def gpustack_server_fixture(version: str = DEFAULT_VERSION, scope: str = "session"):
