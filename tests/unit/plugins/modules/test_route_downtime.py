@@ -65,7 +65,10 @@ def outage(server, seconds, during=None):
     if during:
         during()
     time.sleep(seconds / 2)
-    return serve(port), down, time.time()
+    # "up" before the server listens: nothing can answer earlier, so the window cannot end before it (taken after
+    # serve(), a request answered in between made the window end microseconds before "up" on a loaded machine).
+    up = time.time()
+    return serve(port), down, up
 
 
 def in_background(args):
