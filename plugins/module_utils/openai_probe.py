@@ -476,7 +476,7 @@ def _control_request(client, model, size, geo, limit):
         return None
     small, _digests = image_message(control, size)
     answer = client.chat({"model": model, "messages": [small], "max_tokens": 16, "temperature": 0})
-    return {"images": control, "image_tokens_expected": control * (vl_tokens.image_tokens(size, size, geo) + vl_tokens.WRAPPER_TOKENS),
+    return {"images": control, "image_tokens_expected": control * vl_tokens.frame_tokens(size, geo),
             "status": answer.status, "ok": answer.ok}
 
 
@@ -491,7 +491,7 @@ def check_images(client, model, count, size, text_ok=None, geometry=None, limit=
     which is the tokenizer's truncation (the seed's symptom, whatever vLLM's message says)."""
     geo = vl_tokens.geometry(geometry)
     per_frame = vl_tokens.image_tokens(size, size, geo)
-    expected = count * (per_frame + vl_tokens.WRAPPER_TOKENS)
+    expected = count * vl_tokens.frame_tokens(size, geo)
     message, digests = image_message(count, size)
     resp = client.chat({"model": model, "messages": [message], "max_tokens": 16, "temperature": 0})
     detail = {"images": count, "image_size": size, "image_sha256": digests,

@@ -81,7 +81,12 @@ def image_tokens(height, width, geo):
 WRAPPER_TOKENS = 2
 
 
+def frame_tokens(size, geo):
+    """Prompt tokens of one ``size`` x ``size`` frame in a Qwen chat prompt: its pad tokens and the two wrappers."""
+    return image_tokens(size, size, geo) + WRAPPER_TOKENS
+
+
 def frames_below(limit, size, geo):
     """The most frames of ``size`` x ``size`` whose tokens, wrappers included, stay at or below ``limit`` (the
     control request of the image check)."""
-    return limit // (image_tokens(size, size, geo) + WRAPPER_TOKENS)
+    return limit // frame_tokens(size, geo)

@@ -53,7 +53,7 @@ def served_name(checkpoint):
 
 
 def per_frame(processor):
-    return vl_tokens.image_tokens(SIDE, SIDE, vl_tokens.geometry(processor)) + vl_tokens.WRAPPER_TOKENS
+    return vl_tokens.frame_tokens(SIDE, vl_tokens.geometry(processor))
 
 
 def image_check(inventory, server, processor, **kwargs):
