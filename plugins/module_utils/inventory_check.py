@@ -34,6 +34,7 @@ VIEW_VARS = (
     "pairserve_gpustack_worker_port", "pairserve_gpustack_worker_metrics_port", "pairserve_gpustack_worker_name",
     "pairserve_gpustack_worker_service_port_range", "pairserve_gpustack_worker_ray_port_range",
     "pairserve_firewall_table", "pairserve_firewall_allowed_sources", "pairserve_preflight_driver_min_for_runner",
+    "pairserve_replica_restart",
 )
 # Secrets: the view says only whether each is set (never its value).
 SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_password")
@@ -185,6 +186,12 @@ def problems(views, groups, constraints_versions=None):
         name = view.get("pairserve_replica_profile")
         _check_profile(out, host, view, name)
         _check_env(out, host, view)
+        if view.get("pairserve_replica_restart") not in (None, False):
+            # The drained restart's own switch (role maintenance, entry point restart): set for a whole run, every
+            # registration would delete the node's running instances without draining them first.
+            out.add(host, "pairserve_replica_restart", "is set to %r in the inventory: it is the drained restart's "
+                    "own switch, which serve.yml sets after draining the node. Remove it; a checkpoint whose files "
+                    "changed restarts its replicas by itself, drained" % (view.get("pairserve_replica_restart"),))
         for variable, problem in firewall.problems(view):
             out.add(host, variable, problem)
         profiles[host] = name

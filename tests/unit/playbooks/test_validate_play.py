@@ -82,6 +82,9 @@ def test_the_seed_inventory_has_no_problem():
     ({"node_a__pairserve_runner_image": "docker.io/gpustack/runner:cuda12.9-vllm0.25.1@sha256:" + "0" * 64},
      ("node-a", "pairserve_runner_image")),
     ({"node_a__pairserve_gpustack_admin_password_set": False}, ("node-a", "pairserve_gpustack_admin_password")),
+    # The drained restart's own switch, set for every run: each registration would restart undrained.
+    ({"node_b__pairserve_replica_restart": True}, ("node-b", "pairserve_replica_restart")),
+    ({"node_b__pairserve_replica_restart": False}, None),
 ])
 def test_each_rule(changes, expected):
     found = check(**changes)
