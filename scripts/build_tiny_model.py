@@ -31,7 +31,7 @@ keeps the seed's truncation too: served unpatched by vLLM 0.25.1, twelve fresh 4
 tokens) are refused with HTTP 400, as the seed's camera requests were. verification.json carries no text checks.
 
 Needs torch, transformers and tokenizers; when this interpreter lacks them the script re-runs itself
-with the CPU vLLM venv's Python (.cache/vllm-cpu/0.27.1/venv, built by scripts/build_vllm_cpu.sh),
+with the CPU vLLM venv's Python (.cache/vllm-cpu/<lab/pins.py SERVE_VLLM>/venv, built by scripts/build_vllm_cpu.sh),
 which has all three, so CI builds no extra venv. Training takes about 10-20 s on 2 cores.
 """
 
@@ -48,7 +48,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-VLLM_VENV_PYTHON = REPO / ".cache" / "vllm-cpu" / "0.27.1" / "venv" / "bin" / "python"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from lab.pins import SERVE_VLLM  # noqa: E402  pylint: disable=wrong-import-position
+
+VLLM_VENV_PYTHON = REPO / ".cache" / "vllm-cpu" / SERVE_VLLM / "venv" / "bin" / "python"
 CACHE = REPO / ".cache" / "tiny-model"
 
 SEED = 0
@@ -164,7 +168,8 @@ def _ensure_ml_python():
         # Compare venv prefixes: both venvs' python binaries resolve to the same system interpreter.
         if VLLM_VENV_PYTHON.exists() and Path(sys.prefix).resolve() != VLLM_VENV_PYTHON.parent.parent.resolve():
             os.execv(str(VLLM_VENV_PYTHON), [str(VLLM_VENV_PYTHON), __file__, *sys.argv[1:]])
-        sys.exit("build_tiny_model: needs torch + transformers; run scripts/build_vllm_cpu.sh 0.27.1 first (its venv has both)")
+        sys.exit("build_tiny_model: needs torch + transformers; run scripts/build_vllm_cpu.sh %s first (its venv has both)"
+                 % SERVE_VLLM)
 
 
 def _fingerprint():

@@ -74,11 +74,12 @@ export PATH=$root/.venv/bin:$PATH ANSIBLE_CONFIG=$root/ansible.cfg ANSIBLE_FORCE
 . scripts/lib/vllm-cpu-image.sh
 # shellcheck source=lib/lab-registry.sh
 . scripts/lib/lab-registry.sh
+# shellcheck source=lib/pins.sh
+. scripts/lib/pins.sh
 # The lab serves the vLLM its pins name (inventory/lab/group_vars/all/pins.yml), as a real site does; every
-# version string below (image tag, venv, registry tag) is derived from it.
+# version string below (image tag, venv, registry tag) is derived from it (scripts/lib/pins.sh reads it).
 lab_pins=$root/inventory/lab/group_vars/all/pins.yml
-vllm_version=$(sed -n 's/^pairserve_vllm_version: "\(.*\)"$/\1/p' "$lab_pins")
-[ -n "$vllm_version" ] || { echo "lab: no pairserve_vllm_version in $lab_pins" >&2; exit 2; }
+vllm_version=$(pairserve_pin "$lab_pins" pairserve_vllm_version) || exit 2
 image=$(pairserve_vllm_cpu_image "$vllm_version")
 
 declare -A took
@@ -160,10 +161,6 @@ PY
 # suites skip, saying so, the checks of the steps that did not run.
 day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-all}
 
-pin_of() {  # pin_of <pins file> <variable>: its quoted value in one of inventory/lab/upgrade/*.yml
-  sed -n "s/^$2: \"\(.*\)\"\$/\1/p" "$1"
-}
-
 # vLLM 0.25.1's CPU sampler is torch.compile'd (compiled_random_sample), and torch 2.11.0's inductor then needs a C++
 # compiler, which the image does not have: with --enforce-eager the engine starts, then its warm-up fails with
 # "InvalidCxxCompiler: No working C++ compiler found". With torch.compile off, the function runs eagerly. Set only in
@@ -184,9 +181,9 @@ build_replica_image() {  # build_replica_image <vLLM version>: its serving venv 
 
 prepare_upgrade() {  # what the upgrade scenario's pins need and the default lab (CI) does not build; each once
   local gs_next vllm_prev vllm_next
-  gs_next=$(pin_of inventory/lab/upgrade/next.yml pairserve_gpustack_version)
-  vllm_prev=$(pin_of inventory/lab/upgrade/previous.yml pairserve_vllm_version)
-  vllm_next=$(pin_of inventory/lab/upgrade/next.yml pairserve_vllm_version)
+  gs_next=$(pairserve_pin inventory/lab/upgrade/next.yml pairserve_gpustack_version)
+  vllm_prev=$(pairserve_pin inventory/lab/upgrade/previous.yml pairserve_vllm_version)
+  vllm_next=$(pairserve_pin inventory/lab/upgrade/next.yml pairserve_vllm_version)
   phase "GPUStack $gs_next wheelhouse" bash scripts/build_wheelhouse.sh "$gs_next"
   phase "GPUStack $gs_next worker tools" worker_tools "$gs_next"
   phase "vLLM $vllm_prev replica image" build_replica_image "$vllm_prev"
@@ -267,9 +264,10 @@ PY
 }
 
 day2_upgrade() {
-  local dir=$state/upgrade start=$SECONDS next running gs_prev
+  local dir=$state/upgrade start=$SECONDS next running gs_prev vllm_prev
   next=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["next_revision"])' "$state/hub.json")
-  gs_prev=$(pin_of inventory/lab/upgrade/previous.yml pairserve_gpustack_version)
+  gs_prev=$(pairserve_pin inventory/lab/upgrade/previous.yml pairserve_gpustack_version)
+  vllm_prev=$(pairserve_pin inventory/lab/upgrade/previous.yml pairserve_vllm_version)
   running=$(server_version)
   # The scenario starts from the previous pins; a lab that already runs a newer GPUStack (a second `upgrade`) has
   # a migrated database that the previous version must not be started on.
@@ -282,7 +280,7 @@ day2_upgrade() {
   echo "=== lab upgrade: what the scenario's pins need (built once, not part of \`make lab\`)"
   prepare_upgrade
   start_load "$dir"
-  echo "=== lab upgrade: the previous pins (inventory/lab/upgrade/previous.yml: GPUStack $gs_prev, vLLM 0.25.1)"
+  echo "=== lab upgrade: the previous pins (inventory/lab/upgrade/previous.yml: GPUStack $gs_prev, vLLM $vllm_prev)"
   use_pins previous
   play "$dir/previous.log" "$dir/previous.rc" playbooks/upgrade.yml
   if [ "$(cat "$dir/previous.rc")" != 0 ]; then
@@ -307,13 +305,13 @@ day2_upgrade() {
   snapshot_gpustack "$dir/before.json"
   echo "=== lab upgrade: the route under load while the previous pins, the bad pin and the broken image ran"
   stop_load "$dir"
-  echo "=== lab upgrade: the new pins (inventory/lab/upgrade/next.yml: GPUStack $(pin_of inventory/lab/upgrade/next.yml pairserve_gpustack_version)," \
-       "vLLM $(pin_of inventory/lab/upgrade/next.yml pairserve_vllm_version)) and pairserve_checkpoint_revision -> $next (the hub's next commit)"
+  echo "=== lab upgrade: the new pins (inventory/lab/upgrade/next.yml: GPUStack $(pairserve_pin inventory/lab/upgrade/next.yml pairserve_gpustack_version)," \
+       "vLLM $(pairserve_pin inventory/lab/upgrade/next.yml pairserve_vllm_version)) and pairserve_checkpoint_revision -> $next (the hub's next commit)"
   use_pins next
   set_pin pairserve_checkpoint_revision "$next"
   # The loop pauses while the server restarts on the new version (the route's one unavoidable gap: every request
   # goes through GPUStack's server) and runs again from its first answer on, through the workers' and replicas' turns.
-  load_after_server_restart "$dir/gpustack" "$(pin_of inventory/lab/upgrade/next.yml pairserve_gpustack_version)"
+  load_after_server_restart "$dir/gpustack" "$(pairserve_pin inventory/lab/upgrade/next.yml pairserve_gpustack_version)"
   play "$dir/upgrade-1.log" "$dir/upgrade-1.rc" playbooks/upgrade.yml
   echo "=== lab upgrade: the same pins again (expected changed=0)"
   play "$dir/upgrade-2.log" "$dir/upgrade-2.rc" playbooks/upgrade.yml
@@ -747,7 +745,7 @@ build_runtime_stand_ins() {
 
 push_runner_image() {  # the runner image into the lab registry; its digest becomes the lab's pin
   local want="$PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu:{{ pairserve_vllm_version }}" pinned
-  pinned=$(sed -n 's/^pairserve_runner_image: "\(.*\)"$/\1/p' "$lab_pins")
+  pinned=$(pairserve_pin "$lab_pins" pairserve_runner_image) || return
   [ "$pinned" = "$want" ] || { echo "lab: $lab_pins pins pairserve_runner_image '$pinned'; the lab pushes '$want'" >&2; return 1; }
   pairserve_lab_registry_start "$state"
   CONTAINERS_REGISTRIES_CONF=$state/registries.conf \
@@ -768,7 +766,7 @@ start() {  # everything before the first converge; molecule default's create ste
   phase "host services" bash -c "$(declare -f stop_pid start_podman_service start_hub pairserve_lab_registries_conf); PAIRSERVE_LAB_REGISTRY=$PAIRSERVE_LAB_REGISTRY root=$root state=$state run_dir=$run_dir hub_vars=$hub_vars; start_podman_service && start_hub" || return
   phase "registry" push_runner_image || return
   phase "GPU stand-ins" gpu_stand_ins || return
-  phase "worker tools" worker_tools "$(pin_of "$lab_pins" pairserve_gpustack_version)" || return
+  phase "worker tools" worker_tools "$(pairserve_pin "$lab_pins" pairserve_gpustack_version)" || return
   # The CA and certificate GPUStack serves HTTPS with (inventory/lab/group_vars/all/tls.yml names them).
   phase "lab CA" python -m lab.tls "$state/tls" || return
   phase nodes start_nodes || return

@@ -1,4 +1,4 @@
-"""A real GPUStack 2.2.3 server on a real PostgreSQL 15, plus one worker with two static fake GPUs.
+"""A real GPUStack (the lab's pinned version, lab/pins.py) server on a real PostgreSQL 15, plus one worker with two static fake GPUs.
 
 Use from a conftest:
 
@@ -45,12 +45,12 @@ from pathlib import Path
 
 import yaml
 
-from lab import tools_archive
+from lab import pins, tools_archive
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-DEFAULT_VERSION = "2.2.3"
+DEFAULT_VERSION = pins.GPUSTACK  # the lab's pin (inventory/lab/group_vars/all/pins.yml)
 ADMIN_PASSWORD = "pairserve-Test-pw1"
 API_KEY_VALUE = "pairserve-test-management-key-0001"
 CLUSTER_NAME = "pytest"
