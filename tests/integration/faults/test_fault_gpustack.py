@@ -9,6 +9,7 @@ import json
 import pytest
 
 from faults_helpers import FaultProxy, SEED, record, rng, run_module
+from lab import pins
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +24,7 @@ def checkpoint(tmp_path_factory):
 
 def model_args(server, checkpoint, name, gpus, **extra):
     args = {**server.key_args, "name": name, "cluster": server.cluster_name, "local_path": checkpoint,
-            "backend_version": "0.25.1", "gpu_ids": [f"{server.worker_name}:cuda:{i}" for i in gpus],
+            "backend_version": pins.VLLM, "gpu_ids": [f"{server.worker_name}:cuda:{i}" for i in gpus],
             "backend_parameters": ["--max-model-len", "4096", "--gpu-memory-utilization", "0.92"]}
     args.update(extra)
     return args

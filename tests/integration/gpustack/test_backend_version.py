@@ -13,13 +13,17 @@ import threading
 import pytest
 
 from gpustack_helpers import four_steps
+from lab import pins
 from lab.ansible_runner import run_module
 
 pytestmark = pytest.mark.slow
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
-IMAGE = "127.0.0.1:5000/lab/vllm-cpu:0.25.1@" + DIGEST
-VERSION = "0.25.1-0123456789ab-custom"
+# The lab's pinned vLLM and runner image (inventory/lab/group_vars/all/pins.yml), by digest.
+VLLM = pins.VLLM
+IMAGE = pins.RUNNER_IMAGE + "@" + DIGEST
+VERSION = VLLM + "-0123456789ab-custom"
+UNKNOWN = VLLM + "-ffffffffffff-custom"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,7 @@ def stored_versions(server):
 
 
 def version_args(server, image=IMAGE, **extra):
-    return {**server.key_args, "backend_version": "0.25.1", "image_name": image, **extra}
+    return {**server.key_args, "backend_version": VLLM, "image_name": image, **extra}
 
 
 def model_args(server, checkpoint, name, version=VERSION, **extra):
@@ -56,7 +60,7 @@ def test_gpustack_drops_the_image_of_a_vllm_model_on_update(gpustack_server, che
     """The reason for the backend version: the server's own behaviour, without our modules."""
     server = gpustack_server
     body = {"name": "image-dropped", "source": "local_path", "local_path": checkpoint, "replicas": 0,
-            "cluster_id": server.cluster_id, "backend": "vLLM", "backend_version": "0.25.1", "image_name": IMAGE,
+            "cluster_id": server.cluster_id, "backend": "vLLM", "backend_version": VLLM, "image_name": IMAGE,
             "backend_parameters": ["--max-model-len", "4096"]}
     created = server.api("POST", "/v2/models", body)
     try:
@@ -81,7 +85,7 @@ def test_backend_version_four_steps_and_naming(gpustack_server):
     # Without a digest the name hashes the reference: another tag is another version.
     tagged = run_module("gpustack_backend_version", version_args(gpustack_server, image="127.0.0.1:5000/lab/v:1"),
                         check=True)
-    assert tagged.changed and tagged["version"].startswith("0.25.1-") and tagged["version"] != VERSION
+    assert tagged.changed and tagged["version"].startswith(VLLM + "-") and tagged["version"] != VERSION
 
 
 def test_model_keeps_the_pinned_image_across_updates(gpustack_server, checkpoint):
@@ -107,7 +111,7 @@ def test_a_model_that_named_its_image_is_moved_to_the_version(gpustack_server, c
     server = gpustack_server
     assert not run_module("gpustack_backend_version", version_args(server)).failed
     body = {"name": "legacy-image", "source": "local_path", "local_path": checkpoint, "replicas": 0,
-            "cluster_id": server.cluster_id, "backend": "vLLM", "backend_version": "0.25.1", "image_name": IMAGE}
+            "cluster_id": server.cluster_id, "backend": "vLLM", "backend_version": VLLM, "image_name": IMAGE}
     server.api("POST", "/v2/models", body)
     moved = run_module("gpustack_model", model_args(server, checkpoint, "legacy-image"), diff=True)
     assert moved.changed and {"backend_version", "image_name"} <= set(moved["changed_fields"]), moved.result
@@ -122,15 +126,15 @@ def test_bad_input_is_refused_before_any_change(gpustack_server, checkpoint):
     with_image = run_module("gpustack_model", model_args(server, checkpoint, "refused", image_name=IMAGE))
     assert with_image.failed and "gpustack_backend_version" in with_image.result["msg"]
     unknown = run_module("gpustack_model", model_args(server, checkpoint, "refused",
-                                                      version="0.25.1-ffffffffffff-custom"))
-    assert unknown.failed and "'0.25.1-ffffffffffff-custom' is not a version" in unknown.result["msg"]
+                                                      version=UNKNOWN))
+    assert unknown.failed and "'%s' is not a version" % UNKNOWN in unknown.result["msg"]
     # Check mode plans the registration of a version an earlier task would make: a warning, not a failure.
     planned = run_module("gpustack_model", model_args(server, checkpoint, "refused",
-                                                      version="0.25.1-ffffffffffff-custom"), check=True)
+                                                      version=UNKNOWN), check=True)
     assert planned.changed and not planned.failed, planned.result
-    assert any("0.25.1-ffffffffffff-custom" in w for w in planned.result.get("warnings", [])), planned.result
+    assert any(UNKNOWN in w for w in planned.result.get("warnings", [])), planned.result
     assert stored_model(server, "refused") is None
-    for bad in ({"backend_version": "0.25.1-abc-custom"}, {"backend_version": "latest"}, {"image_name": "a b"}):
+    for bad in ({"backend_version": VLLM + "-abc-custom"}, {"backend_version": "latest"}, {"image_name": "a b"}):
         res = run_module("gpustack_backend_version", {**version_args(server), **bad})
         assert res.failed and ("backend_version" in res.result["msg"] or "image" in res.result["msg"]), res.result
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from gpustack_helpers import four_steps
+from lab import pins
 from lab.ansible_runner import run_module
 
 pytestmark = pytest.mark.slow
@@ -23,7 +24,7 @@ def checkpoint(tmp_path_factory):
 
 def model_args(server, checkpoint, name, gpus, **extra):
     args = {**server.key_args, "name": name, "cluster": server.cluster_name, "local_path": checkpoint,
-            "backend_version": "0.25.1", "gpu_ids": [f"{server.worker_name}:cuda:{i}" for i in gpus],
+            "backend_version": pins.VLLM, "gpu_ids": [f"{server.worker_name}:cuda:{i}" for i in gpus],
             "backend_parameters": ["--max-model-len", "4096", "--gpu-memory-utilization", "0.92"]}
     args.update(extra)
     return args
@@ -66,7 +67,7 @@ def test_model_four_steps_sends_the_pairserve_settings(gpustack_server, checkpoi
     assert stored["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTORCH_ALLOC_CONF": "expandable_segments:True",
                              "VLLM_LOGGING_LEVEL": "INFO"}
     assert stored["distributed_inference_across_workers"] is False and stored["restart_on_error"] is True
-    assert stored["source"] == "local_path" and stored["backend"] == "vLLM" and stored["backend_version"] == "0.25.1"
+    assert stored["source"] == "local_path" and stored["backend"] == "vLLM" and stored["backend_version"] == pins.VLLM
     assert stored["cluster_id"] == gpustack_server.cluster_id and stored["replicas"] == 1
     assert again["changed_fields"] == [] and again["rolled_out"] == []
 

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from lab import pins
 from lab.ansible_runner import run_module
 from support.gpustack_server import ensure_venv
 from support.container_cli import fake_runtime
@@ -28,13 +29,13 @@ def gpustack_site():
 def test_module_resolves_from_the_installed_catalogue_and_pulls_once(tmp_path, gpustack_site):
     bindir = fake_runtime(tmp_path, present=False)
     env = {"PATH": "%s:%s" % (bindir, os.environ["PATH"]), "PYTHONPATH": str(gpustack_site)}
-    args = {"vllm_version": "0.25.1", "cuda_version": "13000"}
+    args = {"vllm_version": pins.VLLM, "cuda_version": "13000"}  # the lab's pin, in the pinned GPUStack's catalogue
     check = run_module("runner_image", args, check=True, diff=True, env=env)
     assert not check.failed, check.stdout + check.stderr
-    assert check.changed and check["pulled"] and check["image"] == "gpustack/runner:cuda13.0-vllm0.25.1"
+    assert check.changed and check["pulled"] and check["image"] == "gpustack/runner:cuda13.0-vllm" + pins.VLLM
     assert "pull" not in (tmp_path / "calls.log").read_text()   # check mode pulls nothing
     applied = run_module("runner_image", args, env=env)
-    assert applied.changed and "pull gpustack/runner:cuda13.0-vllm0.25.1" in (tmp_path / "calls.log").read_text()
+    assert applied.changed and "pull gpustack/runner:cuda13.0-vllm" + pins.VLLM in (tmp_path / "calls.log").read_text()
 
 
 def test_module_refuses_a_pin_without_image_before_touching_the_runtime(tmp_path, gpustack_site):

@@ -27,11 +27,16 @@ import pytest
 
 from gpustack_helpers import four_steps
 from support import gpustack_server as gs
+from lab import pins
 from lab.ansible_runner import run_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.upgrade]
 
-OLD, NEW = "2.2.3", "2.3.0"
+# The upgrade scenario's pins (inventory/lab/upgrade/previous.yml -> next.yml): the GPUStack each server and worker
+# runs and the vLLM each replica is registered with. The behaviour the tests below check (mixed weights refused,
+# 404 -> 503) was recorded on 2.2.3 -> 2.3.0 and is named so.
+OLD, NEW = pins.PREVIOUS["pairserve_gpustack_version"], pins.NEXT["pairserve_gpustack_version"]
+VLLM_OLD, VLLM_NEW = pins.PREVIOUS["pairserve_vllm_version"], pins.NEXT["pairserve_vllm_version"]
 ROUTE = "qwen"
 INFERENCE_KEY = "pairserve-inference-upgrade-0001"
 # Fields that move by themselves (heartbeats, scheduling) rather than being data the upgrade must keep.
@@ -228,7 +233,7 @@ def upgrade(tmp_path_factory):
         }
         for name, gpu in (("rep-a", 0), ("rep-b", 1)):
             args[name] = {**key, "name": name, "cluster": gs.CLUSTER_NAME, "local_path": str(checkpoint),
-                          "backend_version": "0.25.1", "gpu_ids": [f"{gs.WORKER_NAME}:cuda:{gpu}"],
+                          "backend_version": VLLM_OLD, "gpu_ids": [f"{gs.WORKER_NAME}:cuda:{gpu}"],
                           "backend_parameters": ["--max-model-len", "4096", "--gpu-memory-utilization", "0.92"]}
         for module, name in (("gpustack_cluster", "cluster"), ("gpustack_api_key", "api_key"),
                              ("gpustack_model", "rep-a"), ("gpustack_model", "rep-b"), ("gpustack_route", "route")):
@@ -367,9 +372,9 @@ def test_modules_change_the_migrated_objects_idempotently(upgrade):
     assert sorted(t["weight"] for t in targets) == [40, 60]
 
     old_instances = {i["id"] for i in stack.items("/v2/model-instances") if i["model_name"] == "rep-b"}
-    four_steps("gpustack_model", dict(args["rep-b"], backend_version="0.27.1"))
+    four_steps("gpustack_model", dict(args["rep-b"], backend_version=VLLM_NEW))
     model = [m for m in stack.items("/v2/models") if m["name"] == "rep-b"][0]
-    assert model["backend_version"] == "0.27.1" and model["distributed_inference_across_workers"] is False
+    assert model["backend_version"] == VLLM_NEW and model["distributed_inference_across_workers"] is False
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the module rolled the instance out: GPUStack recreates it
         fresh = {i["id"] for i in stack.items("/v2/model-instances") if i["model_name"] == "rep-b"}

@@ -20,14 +20,16 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import status
+from lab import pins
 from lab.ansible_runner import REPO, run_playbook
 from support.recap import parse_recap
 
 PROOF = REPO / "tests" / "fixtures" / "gpu-proof" / "gpustack-py312-2026-12-02.json"
 NVML = REPO / "tests" / "fixtures" / "nvml"
 RECORDINGS = {"node-a": NVML / "node-a-2x5080.json", "node-b": NVML / "node-b-2x4070tis.json"}
-VERSION = "0.27.1-0123456789ab-custom"
-IMAGE = "127.0.0.1:5000/lab/vllm-cpu:0.27.1@sha256:" + "ab" * 32
+# The lab's registrations: its pinned runner image by digest, registered as a version of its pinned vLLM.
+VERSION = pins.VLLM + "-0123456789ab-custom"
+IMAGE = pins.RUNNER_IMAGE + "@sha256:" + "ab" * 32
 WEIGHTS = {"node-a": 58, "node-b": 42}
 STATUS = REPO / "playbooks" / "status.yml"
 

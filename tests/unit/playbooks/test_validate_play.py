@@ -13,6 +13,7 @@ import sys
 import pytest
 import yaml
 
+from lab import pins
 from lab.ansible_runner import REPO
 
 from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import problems  # noqa: E402
@@ -38,8 +39,10 @@ def test_site_yml_lists_every_mistake_and_changes_nothing():
 
 
 GOOD_VIEW = {
-    "pairserve_lab_mode": False, "pairserve_gpustack_version": "2.2.3", "pairserve_vllm_version": "0.25.1",
-    "pairserve_runner_image": "docker.io/gpustack/runner:cuda12.9-vllm0.25.1",
+    "pairserve_lab_mode": False,
+    # The example inventory's pins (its digest and checkpoint placeholders replaced by valid values below).
+    **{name: pins.example()[name] for name in ("pairserve_gpustack_version", "pairserve_vllm_version",
+                                                "pairserve_runner_image")},
     "pairserve_runner_image_digest": "sha256:" + "0" * 64, "pairserve_checkpoint_repo": "org/model",
     "pairserve_checkpoint_revision": "a" * 40, "pairserve_serving_mode": "pooled", "pairserve_route_name": "qwen",
     "pairserve_route_weights": {"node-a": 58, "node-b": 42}, "pairserve_model_name": "qwen",
@@ -95,7 +98,7 @@ def test_each_rule(changes, expected):
 
 
 # The lab's CPU image names no CUDA in its tag: the lab inventory sets the driver floor it stands in for.
-LAB_IMAGE = {"node_a__pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.25.1",
+LAB_IMAGE = {"node_a__pairserve_runner_image": "localhost/pairserve-vllm-cpu:" + pins.VLLM,
              "node_a__pairserve_runner_image_digest": "",
              "node_a__pairserve_preflight_driver_min_for_runner": "575.51.03"}
 

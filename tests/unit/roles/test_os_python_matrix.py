@@ -14,14 +14,17 @@ import subprocess
 
 import pytest
 
+from lab import pins
 from lab.ansible_runner import REPO, run_playbook
 
+# A site's pins: the example inventory's versions and runner image (its placeholders replaced by valid values).
 PINS = {
-    "pairserve_gpustack_version": "2.2.3", "pairserve_vllm_version": "0.25.1",
-    "pairserve_runner_image": "docker.io/gpustack/runner:cuda12.9-vllm0.25.1",
+    **{name: pins.example()[name] for name in ("pairserve_gpustack_version", "pairserve_vllm_version",
+                                                "pairserve_runner_image")},
     "pairserve_runner_image_digest": "sha256:" + "0" * 64, "pairserve_checkpoint_repo": "org/model",
     "pairserve_checkpoint_revision": "a" * 40,
 }
+GS = PINS["pairserve_gpustack_version"]
 SUPPORTED = "Debian 12, Ubuntu 22.04, Ubuntu 24.04"
 
 
@@ -76,7 +79,7 @@ def test_a_supported_system_passes_with_the_constraints_file_of_its_python(tmp_p
     checked = {r["_task"]: r["_status"] for r in records}
     assert checked["Check that the GPUStack version has a constraints file for the node's Python"] == "ok"
     assert checked["Ask the system python3 for its version"] == "skipped"  # the facts already say
-    assert (REPO / "roles" / "gpustack_install" / "files" / f"py{python}" / "gpustack-2.2.3.constraints.txt").is_file()
+    assert (REPO / "roles" / "gpustack_install" / "files" / f"py{python}" / f"gpustack-{GS}.constraints.txt").is_file()
 
 
 @pytest.mark.parametrize("system,shown", [("debian-13", "Debian 13.1 (trixie, python3 3.13.5)"),
@@ -123,7 +126,7 @@ def test_gpustack_install_names_the_python_without_a_constraints_file(tmp_path):
     assert [r["_task"] for r in failed] == ["Check that the GPUStack version has a constraints file for this Python"]
     text = message(failed[0])
     assert "would be built from its system python3, Python 3.13, and there is no" in text
-    assert "files/py3.13/gpustack-2.2.3.constraints.txt (GPUStack 2.2.3 has one for Python 3.10, 3.11, 3.12)" in text
+    assert f"files/py3.13/gpustack-{GS}.constraints.txt (GPUStack {GS} has one for Python 3.10, 3.11, 3.12)" in text
 
 
 @pytest.mark.parametrize("built_for,refused", [("3.12", False), ("3.11", True), (None, False)])
@@ -132,17 +135,17 @@ def test_gpustack_install_refuses_a_wheelhouse_of_another_python(tmp_path, built
     wheelhouse.mkdir()
     if built_for:
         (wheelhouse / "pairserve-wheelhouse.json").write_text(json.dumps(
-            {"gpustack": "2.2.3", "python": built_for, "constraints": f"py{built_for}/gpustack-2.2.3.constraints.txt"}))
+            {"gpustack": GS, "python": built_for, "constraints": f"py{built_for}/gpustack-{GS}.constraints.txt"}))
     run, records = play(tmp_path, "pairserve.llm.gpustack_install", SYSTEMS["ubuntu-24.04"],
                         {"pairserve_gpustack_prefix": str(tmp_path / "opt"),
                          "pairserve_gpustack_wheelhouse": str(wheelhouse)}, tasks_from="preflight")
     install = [r for r in records if "pairserve_gpustack_install" in r.get("ansible_facts", {})]
     assert install[0]["ansible_facts"]["pairserve_gpustack_install"]["constraints"] == \
-        "py3.12/gpustack-2.2.3.constraints.txt"
+        f"py3.12/gpustack-{GS}.constraints.txt"
     check = [r for r in records if r["_task"] == "Refuse a wheelhouse built for another GPUStack version or Python"]
     assert check[0]["_status"] == ("failed" if refused else "skipped" if built_for is None else "ok"), run.stdout[-3000:]
     assert (run.rc != 0) == refused
     if refused:
-        assert "was built for GPUStack 2.2.3 on Python 3.11 (its pairserve-wheelhouse.json), but this node installs" \
-               " GPUStack 2.2.3 with Python 3.12" in message(check[0])
-        assert "scripts/build_wheelhouse.sh --python 3.12 2.2.3" in message(check[0])
+        assert f"was built for GPUStack {GS} on Python 3.11 (its pairserve-wheelhouse.json), but this node installs" \
+               f" GPUStack {GS} with Python 3.12" in message(check[0])
+        assert f"scripts/build_wheelhouse.sh --python 3.12 {GS}" in message(check[0])

@@ -7,6 +7,7 @@ registered (pairserve_replica_check_only).
 
 from __future__ import annotations
 
+from lab import pins
 from lab.ansible_runner import run_playbook
 
 INVENTORY = """
@@ -28,7 +29,7 @@ PLAY = """
   hosts: gpu_nodes
   gather_facts: false
   vars:
-    pairserve_vllm_version: "0.25.1"
+    pairserve_vllm_version: "PINNED_VLLM"
     pairserve_replica_profile: text
     pairserve_checkpoint: {path: /srv/model, hybrid: false, vision: false, mtp: false, native_context: 262144,
                            quantization: null}
@@ -61,7 +62,7 @@ PLAY = """
         msg:
           specs: "{{ pairserve_replica_specs | map(attribute='name') | list }}"
           replicas: "{{ pairserve_replicas }}"
-"""
+""".replace("PINNED_VLLM", pins.VLLM)  # the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml)
 
 
 def test_names_alone_match_the_rendered_replicas(tmp_path):

@@ -11,6 +11,7 @@ import json
 import re
 import sys
 
+from lab import pins
 from lab.ansible_runner import run_playbook
 
 PAIR = {"index": 0, "uuids": ["GPU-a", "GPU-b"], "gpustack_gpu_indexes": [0, 1], "memory_total_mib": 16303,
@@ -43,7 +44,7 @@ def test_unknown_profile_is_refused_with_host_and_variable_and_a_defined_one_ren
             }},
         },
         "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                 "pairserve_vllm_version": "0.25.1", "pairserve_gpu": {"pairs": [PAIR]},
+                 "pairserve_vllm_version": pins.VLLM, "pairserve_gpu": {"pairs": [PAIR]},
                  "pairserve_checkpoint": CHECKPOINT, "pairserve_replica_model_path": "/srv/ckpt"},
     }}
     (tmp_path / "hosts.yml").write_text(json.dumps(inventory))

@@ -17,7 +17,12 @@ if str(REPO / ".cache" / "collections") not in sys.path:
     sys.path.insert(0, str(REPO / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va  # noqa: E402
+from lab import pins  # noqa: E402
 from lab.profile import lab_profile  # noqa: E402
+
+# The vLLM the lab pins (inventory/lab/group_vars/all/pins.yml): what the guard rails and the lab profile are checked
+# on. The seed's goldens and the per-release rules below name their releases: they are facts about those releases.
+PINNED = pins.VLLM
 
 # The seed's checkpoint (Qwen3.8 27B NVFP4): hybrid attention, vision tower, MTP head, long native context.
 SEED_CHECKPOINT = {
@@ -55,7 +60,7 @@ SEED_TEXT = [(f, "98304" if f == "--max-model-len" else v) for f, v in SEED_MULT
 SEED_TEXT.insert(2, ("--language-model-only", None))
 
 
-def render(profile="multimodal", version="0.25.1", checkpoint=None, pair=None, **kw):
+def render(profile="multimodal", version=PINNED, checkpoint=None, pair=None, **kw):
     return va.render(profile, version, SEED_CHECKPOINT if checkpoint is None else checkpoint, PAIR_5080 if pair is None else pair, **kw)
 
 
@@ -90,7 +95,7 @@ def test_split_style_is_a_command_line():
 def test_lab_profile_fits_the_cpu_backend():
     # The lab inventory's own profile (an ordinary user profile, not a built-in one).
     assert "lab" not in va.BUILTIN_PROFILES
-    rendered = va.render(lab_profile(), "0.27.1", TINY, {})
+    rendered = va.render(lab_profile(), PINNED, TINY, {})
     pairs = dict(va.argv_pairs(rendered.argv))
     assert pairs["--kv-cache-memory-bytes"] == "64M"
     assert "--enforce-eager" in pairs
@@ -201,44 +206,44 @@ def test_unsupported_versions_are_refused_with_the_list(version):
 # ---------------------------------------------------------------------------------------- guard rails
 REFUSED = [
     # (id, profile, checkpoint, pair, version, message fragment that carries the seed's reason)
-    ("pipeline-parallel", {"name": "text", "pipeline_parallel_size": 2}, None, None, "0.25.1", "248K-vocabulary embedding and lm_head"),
-    ("gpu-mem-0.96", {"name": "multimodal", "gpu_memory_utilization": 0.96}, None, None, "0.25.1", "died when an ordinary request needed a 34 MiB"),
-    ("gpu-mem-1.5", {"name": "multimodal", "gpu_memory_utilization": 1.5}, None, None, "0.25.1", r"number in \(0, 1\]"),
-    ("gpu-mem-0", {"name": "multimodal", "gpu_memory_utilization": 0}, None, None, "0.25.1", r"number in \(0, 1\]"),
-    ("context-over-native", {"name": "text", "max_model_len": 300000}, None, None, "0.25.1", "longer than the checkpoint's native context 262144"),
-    ("lab-over-native", lab_profile(), dict(TINY, native_context=2048), None, "0.27.1", "native context 2048"),
-    ("mtp-without-ab-arm", {"name": "multimodal", "speculative": {"method": "mtp", "num_speculative_tokens": 2}}, None, None, "0.25.1",
+    ("pipeline-parallel", {"name": "text", "pipeline_parallel_size": 2}, None, None, PINNED, "248K-vocabulary embedding and lm_head"),
+    ("gpu-mem-0.96", {"name": "multimodal", "gpu_memory_utilization": 0.96}, None, None, PINNED, "died when an ordinary request needed a 34 MiB"),
+    ("gpu-mem-1.5", {"name": "multimodal", "gpu_memory_utilization": 1.5}, None, None, PINNED, r"number in \(0, 1\]"),
+    ("gpu-mem-0", {"name": "multimodal", "gpu_memory_utilization": 0}, None, None, PINNED, r"number in \(0, 1\]"),
+    ("context-over-native", {"name": "text", "max_model_len": 300000}, None, None, PINNED, "longer than the checkpoint's native context 262144"),
+    ("lab-over-native", lab_profile(), dict(TINY, native_context=2048), None, PINNED, "native context 2048"),
+    ("mtp-without-ab-arm", {"name": "multimodal", "speculative": {"method": "mtp", "num_speculative_tokens": 2}}, None, None, PINNED,
      "4.6x slower"),
     ("mtp-without-head", {"name": "multimodal", "ab_arm": True, "speculative": {"method": "mtp", "num_speculative_tokens": 2}},
-     dict(SEED_CHECKPOINT, mtp=False), None, "0.25.1", "Unsupported speculative method"),
+     dict(SEED_CHECKPOINT, mtp=False), None, PINNED, "Unsupported speculative method"),
     ("mtp-deprecated-alias", {"name": "multimodal", "ab_arm": True, "speculative": {"method": "qwen3_next_mtp", "num_speculative_tokens": 2}},
-     None, None, "0.25.1", "deprecated aliases of mtp"),
+     None, None, PINNED, "deprecated aliases of mtp"),
     ("mtp-zero-tokens", {"name": "multimodal", "ab_arm": True, "speculative": {"method": "mtp", "num_speculative_tokens": 0}},
-     None, None, "0.25.1", "integer >= 1"),
-    ("nvfp4-no-fp4-path", "text", None, {"compute_capability": "7.5", "fp4_path": "unsupported"}, "0.25.1", "has none: NVFP4 runs natively on Blackwell"),
-    ("nvfp4-derived-unsupported", "text", None, {"compute_capability": "7.0"}, "0.25.1", "compute capability 7.0"),
-    ("vision-on-text-checkpoint", "multimodal", dict(SEED_CHECKPOINT, vision=False), None, "0.25.1", "has no vision tower"),
-    ("unknown-key", {"name": "text", "max_model_length": 1000}, None, None, "0.25.1", "unknown key"),
-    ("unknown-base", {"name": "x", "base": "huge"}, None, None, "0.25.1", "is not a built-in profile"),
-    ("unknown-name", "multimodel", None, None, "0.25.1", r"'multimodel' is neither a built-in profile \(multimodal"),
-    ("undefined-name-dict", {"name": "agents"}, None, None, "0.25.1", "define it in pairserve_profiles"),
-    ("undefined-name-no-base", {"name": "agents", "base": None}, None, None, "0.25.1", "no settings and no base"),
-    ("max-num-seqs-0", {"name": "text", "max_num_seqs": 0}, None, None, "0.25.1", "max_num_seqs must be an integer >= 1"),
-    ("tp-string", {"name": "text", "tensor_parallel_size": "2"}, None, None, "0.25.1", "tensor_parallel_size must be an integer"),
-    ("bool-as-string", {"name": "text", "trust_remote_code": "yes"}, None, None, "0.25.1", "must be true or false"),
-    ("no-memory-budget", lab_profile(kv_cache_memory_bytes=None), TINY, None, "0.27.1", "set gpu_memory_utilization"),
-    ("bad-kv-bytes", lab_profile(kv_cache_memory_bytes="lots"), TINY, None, "0.27.1", "K/M/G suffix"),
-    ("extra-owns-flag", {"name": "text", "extra_args": ["--max-model-len=1000"]}, None, None, "0.25.1", "set the profile key max_model_len"),
-    ("extra-pp", {"name": "text", "extra_args": ["-pp", "2"]}, None, None, "0.25.1", "sets a flag the profile owns"),
-    ("auto-tools-without-parser", {"name": "text", "tool_call_parser": None}, None, None, "0.25.1", "needs tool_call_parser"),
-    ("bad-generation-config", {"name": "text", "override_generation_config": "temperature=1"}, None, None, "0.25.1", "must be a mapping"),
+     None, None, PINNED, "integer >= 1"),
+    ("nvfp4-no-fp4-path", "text", None, {"compute_capability": "7.5", "fp4_path": "unsupported"}, PINNED, "has none: NVFP4 runs natively on Blackwell"),
+    ("nvfp4-derived-unsupported", "text", None, {"compute_capability": "7.0"}, PINNED, "compute capability 7.0"),
+    ("vision-on-text-checkpoint", "multimodal", dict(SEED_CHECKPOINT, vision=False), None, PINNED, "has no vision tower"),
+    ("unknown-key", {"name": "text", "max_model_length": 1000}, None, None, PINNED, "unknown key"),
+    ("unknown-base", {"name": "x", "base": "huge"}, None, None, PINNED, "is not a built-in profile"),
+    ("unknown-name", "multimodel", None, None, PINNED, r"'multimodel' is neither a built-in profile \(multimodal"),
+    ("undefined-name-dict", {"name": "agents"}, None, None, PINNED, "define it in pairserve_profiles"),
+    ("undefined-name-no-base", {"name": "agents", "base": None}, None, None, PINNED, "no settings and no base"),
+    ("max-num-seqs-0", {"name": "text", "max_num_seqs": 0}, None, None, PINNED, "max_num_seqs must be an integer >= 1"),
+    ("tp-string", {"name": "text", "tensor_parallel_size": "2"}, None, None, PINNED, "tensor_parallel_size must be an integer"),
+    ("bool-as-string", {"name": "text", "trust_remote_code": "yes"}, None, None, PINNED, "must be true or false"),
+    ("no-memory-budget", lab_profile(kv_cache_memory_bytes=None), TINY, None, PINNED, "set gpu_memory_utilization"),
+    ("bad-kv-bytes", lab_profile(kv_cache_memory_bytes="lots"), TINY, None, PINNED, "K/M/G suffix"),
+    ("extra-owns-flag", {"name": "text", "extra_args": ["--max-model-len=1000"]}, None, None, PINNED, "set the profile key max_model_len"),
+    ("extra-pp", {"name": "text", "extra_args": ["-pp", "2"]}, None, None, PINNED, "sets a flag the profile owns"),
+    ("auto-tools-without-parser", {"name": "text", "tool_call_parser": None}, None, None, PINNED, "needs tool_call_parser"),
+    ("bad-generation-config", {"name": "text", "override_generation_config": "temperature=1"}, None, None, PINNED, "must be a mapping"),
     # The seed: 0.95 booted with ~10 MiB free on 2x16 GiB and died on a 34 MiB activation. Refused on such cards
     # unless the profile accepts it; a string is not an acknowledgement.
-    ("gpu-mem-0.95-16gib", {"name": "multimodal", "gpu_memory_utilization": 0.95}, None, PAIR_5080, "0.25.1",
+    ("gpu-mem-0.95-16gib", {"name": "multimodal", "gpu_memory_utilization": 0.95}, None, PAIR_5080, PINNED,
      "refused on a pair of 16303 MiB cards.*accept_gpu_memory_above_092"),
-    ("gpu-mem-0.93-16gib", {"name": "text", "gpu_memory_utilization": 0.93}, None, PAIR_4070, "0.25.1", "0.92 stayed up"),
+    ("gpu-mem-0.93-16gib", {"name": "text", "gpu_memory_utilization": 0.93}, None, PAIR_4070, PINNED, "0.92 stayed up"),
     ("gpu-mem-ack-as-string", {"name": "multimodal", "gpu_memory_utilization": 0.95,
-                               "accept_gpu_memory_above_092": "yes"}, None, PAIR_5080, "0.25.1", "must be true or false"),
+                               "accept_gpu_memory_above_092": "yes"}, None, PAIR_5080, PINNED, "must be true or false"),
 ]
 
 

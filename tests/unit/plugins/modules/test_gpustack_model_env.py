@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from lab import pins
 from lab.ansible_runner import run_module
 
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import SEED_ENV, seed_env_conflicts
@@ -48,7 +49,7 @@ def recorder():
 def _args(url, env):
     # A key that appears in no message: Ansible masks every occurrence of a no_log value in the output.
     return {"api_url": url, "api_key": "unit-test-key-7f3a", "retries": 0, "name": "qwen-node-a", "local_path": "/srv/ckpt",
-            "backend_version": "0.25.1", "env": env}
+            "backend_version": pins.VLLM, "env": env}
 
 
 @pytest.mark.parametrize("check", [False, True])

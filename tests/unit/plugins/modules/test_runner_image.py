@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from lab import pins
 from lab.ansible_runner import run_module
 from support.container_cli import fake_runtime
 
@@ -85,13 +86,14 @@ def runtime_holding(tmp_path, images):
 
 
 DIGEST = "sha256:" + "cd" * 32
-PINNED = "127.0.0.1:5000/lab/vllm-cpu:0.25.1@" + DIGEST
+PINNED = pins.RUNNER_IMAGE + "@" + DIGEST  # the lab's runner image (inventory/lab/group_vars/all/pins.yml)
+LOCAL_TAG = "localhost/pairserve-vllm-cpu:" + pins.VLLM  # the lab's build of it before the push
 HELD = "127.0.0.1:5000/lab/vllm-cpu@" + DIGEST
 
 
 @pytest.mark.parametrize("check", [False, True])
 def test_absent_removes_the_held_reference_and_check_mode_only_says_so(tmp_path, check):
-    env = runtime_holding(tmp_path, [{"RepoTags": ["localhost/pairserve-vllm-cpu:0.25.1"], "RepoDigests": [HELD]}])
+    env = runtime_holding(tmp_path, [{"RepoTags": [LOCAL_TAG], "RepoDigests": [HELD]}])
     res = run_module("runner_image", {"image": PINNED, "state": "absent"}, check=check, env=env)
     assert not res.failed, res.stdout[-2000:]
     assert res.changed and res["removed"] and res["image"] == PINNED
@@ -102,7 +104,7 @@ def test_absent_removes_the_held_reference_and_check_mode_only_says_so(tmp_path,
 @pytest.mark.parametrize("images", [
     [],  # the runtime has no such image
     # podman 4 finds an image by its digest under any name: one that no longer holds this repository's name
-    [{"RepoTags": ["localhost/pairserve-vllm-cpu:0.25.1"], "RepoDigests": ["localhost/pairserve-vllm-cpu@" + DIGEST]}],
+    [{"RepoTags": [LOCAL_TAG], "RepoDigests": ["localhost/pairserve-vllm-cpu@" + DIGEST]}],
 ])
 def test_absent_without_the_reference_changes_nothing(tmp_path, images):
     env = runtime_holding(tmp_path, images)
