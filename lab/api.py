@@ -29,17 +29,17 @@ WEIGHTS = {host: int(w) for host, w in re.findall(r"^  (node-[ab]): (\d+)$", SER
 
 
 def lab_pins() -> dict:
-    """The lab's pins as the plays see them: pins.yml, the runner image's Jinja reference to the vLLM pin
-    rendered, and the digest scripts/lab.sh wrote after pushing the image to the lab registry."""
-    import yaml  # only the lab suites need it
+    """The lab's pins as the plays see them: pins.yml (read by lab/pins.py, their one reader), the runner image's
+    Jinja reference to the vLLM pin rendered, and the digest scripts/lab.sh wrote after pushing the image to the lab
+    registry (group_vars/all/runner_digest.yml, read fresh: it changes while a suite runs)."""
+    # PyYAML: only the lab suites need it.
+    from lab import pins as lab_pin_files  # pylint: disable=import-outside-toplevel
 
-    all_vars = REPO / "inventory" / "lab" / "group_vars" / "all"
-    pins = yaml.safe_load((all_vars / "pins.yml").read_text())
-    digest_file = all_vars / "runner_digest.yml"
+    pins = lab_pin_files.lab()
+    digest_file = lab_pin_files.LAB_PINS.parent / "runner_digest.yml"
     if digest_file.exists():
-        pins.update(yaml.safe_load(digest_file.read_text()))
-    pins["pairserve_runner_image"] = pins["pairserve_runner_image"].replace(
-        "{{ pairserve_vllm_version }}", pins["pairserve_vllm_version"])
+        pins.update(lab_pin_files.read_fresh(digest_file))
+    pins["pairserve_runner_image"] = lab_pin_files.resolved(pins, "pairserve_runner_image")
     digest = pins.get("pairserve_runner_image_digest")
     pins["runner_reference"] = "%s@%s" % (pins["pairserve_runner_image"], digest) if digest else \
         pins["pairserve_runner_image"]

@@ -38,15 +38,20 @@ class PinError(KeyError):
 
 @functools.lru_cache(maxsize=None)
 def _load(path: str) -> dict:
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(data, dict):
-        raise PinError("%s is not a mapping of pins" % path)
-    return data
+    return read_fresh(path)
 
 
 def read(path) -> dict:
     """One pins file (a group_vars YAML mapping), parsed once per process; a copy, so callers cannot change it."""
     return dict(_load(str(Path(path).resolve())))
+
+
+def read_fresh(path) -> dict:
+    """A file written while this process runs (scripts/lab.sh's runner_digest.yml): parsed again at every call."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise PinError("%s is not a mapping of pins" % path)
+    return data
 
 
 def pin(path, name: str) -> str:

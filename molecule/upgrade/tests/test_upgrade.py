@@ -26,14 +26,14 @@ import pytest
 import testinfra
 import yaml
 
+from lab import pins
 from lab.api import API, REPO, ROUTE, STATE, WEIGHTS, call, items, read_keys, route_weights
 from support.lab_suite import load_summary, rc, recap, skip_unless_all_steps
 
 DIR = STATE / "upgrade"
 HUB = json.loads((STATE / "hub.json").read_text()) if (STATE / "hub.json").exists() else {}
 INVENTORY = REPO / "inventory" / "lab"
-PREV = yaml.safe_load((INVENTORY / "upgrade" / "previous.yml").read_text())
-NEXT = yaml.safe_load((INVENTORY / "upgrade" / "next.yml").read_text())
+PREV, NEXT = pins.PREVIOUS, pins.NEXT  # inventory/lab/upgrade/{previous,next}.yml
 sys.path.insert(0, str(REPO / ".cache" / "collections"))
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import pinned_backend_version  # noqa: E402
 
@@ -92,7 +92,7 @@ def keys():
 def test_the_previous_pins_rolled_out_one_node_at_a_time():
     log = flat((DIR / "previous.log").read_text())
     assert rc(DIR / "previous.rc") == 0, log[-4000:]
-    # The default lab runs vLLM 0.27.1's image: both replicas moved to the previous pins' image.
+    # The default lab runs its registry's image (pins.yml): both replicas moved to the previous pins' image.
     for host in HOSTS:
         assert re.search(rf"{host}: replica\(s\) {ROUTE}-{host} change \([^)]*backend_version", log), \
             f"{host}'s replica did not move to {PREV['pairserve_runner_image']}"

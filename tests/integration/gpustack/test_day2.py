@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from lab import pins
 from lab.ansible_runner import REPO, run_module, run_playbook
 from support.gpustack_server import _clean_env, ensure_venv, free_port
 from support.recap import parse_recap
@@ -73,15 +74,15 @@ if action == "restart":
         out.write("restart\n")
 '''
 
-# The node's container runtime, as far as runner_image asks it: the NVIDIA runtime as Docker's default, the 0.25.1
-# runner images present (nothing else, nothing pulled), and a GPU container that sees the GPUs named in
+# The node's container runtime, as far as runner_image asks it: the NVIDIA runtime as Docker's default, the runner
+# images of the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml) present (nothing else, nothing pulled), and a GPU container that sees the GPUs named in
 # NVIDIA_VISIBLE_DEVICES (what the NVIDIA runtime gives it; nvidia-smi in it lists them).
 DOCKER_SHIM = r'''#!/bin/sh
 case "$1" in
   info) [ "$2" = --format ] && [ "$3" = "{{json .}}" ] || { echo "docker stand-in: info $2 $3 is not --format {{json .}}" >&2; exit 2; }
         echo '{"DefaultRuntime": "nvidia", "Runtimes": {"runc": {}, "nvidia": {}}, "CDISpecDirs": []}' ;;
   run) for a in "$@"; do case "$a" in --env=NVIDIA_VISIBLE_DEVICES=*) echo "${a#*=*=}" | tr ',' '\n' ;; esac; done ;;
-  image) case "$3" in *vllm0.25.1*) echo '[{}]' ;; *) echo "Error: No such image: $3" >&2; exit 1 ;; esac ;;
+  image) case "$3" in *vllmPINNED_VLLM*) echo '[{}]' ;; *) echo "Error: No such image: $3" >&2; exit 1 ;; esac ;;
   *) echo "docker stand-in: $* is not available in the test" >&2; exit 1 ;;
 esac
 '''
@@ -265,7 +266,7 @@ def day2(gpustack_server, tmp_path_factory):
 
     shim = tmp / "bin"
     shim.mkdir()
-    (shim / "docker").write_text(DOCKER_SHIM)
+    (shim / "docker").write_text(DOCKER_SHIM.replace("PINNED_VLLM", pins.VLLM))
     (shim / "docker").chmod(0o755)
     state["env"] = {"PATH": f"{shim}{os.pathsep}{_clean_env({})['PATH']}"}
 
@@ -307,7 +308,7 @@ def day2(gpustack_server, tmp_path_factory):
                 "ansible_python_interpreter": sys.executable,
                 "pairserve_node_venv": str(NODE_PYTHON.parent.parent),
                 "pairserve_node_venv_apt_packages": [],
-                "pairserve_vllm_version": "0.25.1",
+                "pairserve_vllm_version": pins.VLLM,
                 "pairserve_checkpoint": state["checkpoint"],
                 "pairserve_replica_profile": "multimodal",
                 "pairserve_route_name": "qwen",
@@ -593,7 +594,7 @@ def test_upgrade_drains_one_replica_at_a_time_and_a_second_run_changes_nothing(d
     day2["metrics"].busy.update({"node-a": 2, "node-b": 1})
 
     # The pin that moves: a new checkpoint revision (a directory no replica used yet). The runner image gets
-    # pinned on the way (the 0.25.1 runner for the nodes' CUDA 13.0) where the registration had none.
+    # pinned on the way (the pinned vLLM's runner for the nodes' CUDA 13.0) where the registration had none.
     new = set_checkpoint(day2, "ckpt-upgrade-%d" % time.monotonic_ns())
     res = play(day2, UPGRADE)
     assert res.rc == 0, res.stdout[-6000:] + res.stderr[-2000:]
@@ -601,7 +602,7 @@ def test_upgrade_drains_one_replica_at_a_time_and_a_second_run_changes_nothing(d
         assert model(server, name)["local_path"] == new["path"], model(server, name)
         version = model(server, name)["backend_version"]
         runner = server.api("GET", "/v2/inference-backends/backend_name/vLLM")["version_configs"][version]
-        assert runner["image_name"].endswith("runner:cuda13.0-vllm0.25.1"), runner
+        assert runner["image_name"].endswith("runner:cuda13.0-vllm" + pins.VLLM), runner
         assert not set(instance_ids(server, name)) & set(instances[name])  # rolled out
     polls = day2["metrics"].polls
     assert [(p[0], p[1]) for p in polls] == [("node-a", 1), ("node-a", 1), ("node-a", 0), ("node-b", 1), ("node-b", 0)]
@@ -654,7 +655,7 @@ def test_upgrade_rolls_back_a_replica_that_fails_verification(day2):
     msg = " ".join(res["msg"].split())
     assert msg.startswith("Upgrade of node-a failed at") and "Not every replica is running after 4 s" in msg, msg
     # The backend version registered before the upgrade (the pinned vLLM carrying its runner image) comes back.
-    assert a_before["backend_version"].startswith("0.25.1-") and a_before["backend_version"].endswith("-custom")
+    assert a_before["backend_version"].startswith(pins.VLLM + "-") and a_before["backend_version"].endswith("-custom")
     assert (f"Rolled back: qwen-node-a (re-registered with {a_before['backend_version']} and rolled out again, "
             "NOT running after 5 s: look at its instance in GPUStack); route weights restored.") in msg, msg
     assert recap(res, "node-b") is None

@@ -22,12 +22,14 @@ sys.path.insert(0, str(REPO / ".cache" / "collections"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va  # noqa: E402
+from lab import pins  # noqa: E402
 from lab.profile import lab_profile  # noqa: E402
 from lab.vllm_server import vllm_python  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-VERSIONS = os.environ.get("PAIRSERVE_VLLM_PARSER_VERSIONS", "0.25.1 0.27.1").split()
+# The lab's pinned vLLM (its parser build) and the one the integration tier serves (lab/pins.py).
+VERSIONS = os.environ.get("PAIRSERVE_VLLM_PARSER_VERSIONS", "%s %s" % (pins.VLLM, pins.SERVE_VLLM)).split()
 HELPER = Path(__file__).with_name("parse_argv.py")
 
 SEED_CHECKPOINT = {"architecture": "Qwen3_5ForConditionalGeneration", "model_type": "qwen3_5", "hybrid": True, "vision": True,
