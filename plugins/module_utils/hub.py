@@ -8,7 +8,13 @@ checks what it left behind. Layout of the cache for one repository (huggingface_
     <cache_dir>/models--ORG--NAME/blobs/<etag>               content (etag: sha256 for LFS files, git blob id otherwise)
     <cache_dir>/models--ORG--NAME/snapshots/<sha>/<file>     relative symlinks into ../../blobs
     <cache_dir>/models--ORG--NAME/refs/<name>                a commit sha; `hf cache prune` deletes unreferenced snapshots
-    <cache_dir>/models--ORG--NAME/pairserve/                 ours: manifests, progress, the hardlinked export
+    <cache_dir>/models--ORG--NAME/pairserve/                 ours: manifests, progress, tokenizer-patch records,
+    <cache_dir>/models--ORG--NAME/pairserve/export/<sha>/    the hardlinked export a container mounts,
+    <cache_dir>/models--ORG--NAME/pairserve/restart-pending.json   the checkpoint role's restart mark
+
+This file is the one owner of that layout: the module hf_snapshot returns the paths (RV export_path,
+restart_marker, ...) and the filter pairserve.llm.checkpoint_paths gives the same dict to a play that has no
+module result (checkpoint_paths below).
 
 `hf cache scan` reads only blobs/, snapshots/ and refs/ of a repository folder, so pairserve/ beside them is
 invisible to it and is deleted together with the repository by `hf cache delete`.
@@ -68,6 +74,27 @@ def default_progress_path(cache_dir: str, repo_id: str, commit: str) -> str:
 
 def snapshot_dir(cache_dir: str, repo_id: str, commit: str) -> str:
     return os.path.join(repo_folder(cache_dir, repo_id), "snapshots", commit)
+
+
+def export_dir(cache_dir: str, repo_id: str, commit: str) -> str:
+    """The self-contained directory of hardlinks a replica container mounts (sync_export)."""
+    return os.path.join(state_dir(cache_dir, repo_id), "export", commit)
+
+
+def restart_marker_path(cache_dir: str, repo_id: str) -> str:
+    """The checkpoint role's mark: present while a node's replicas run on older files than the export."""
+    return os.path.join(state_dir(cache_dir, repo_id), "restart-pending.json")
+
+
+def checkpoint_paths(cache_dir: str, repo_id: str, commit: str) -> dict:
+    """Every path of one pinned checkpoint in the cache, by the names hf_snapshot returns them under."""
+    return {
+        "repo_folder": repo_folder(cache_dir, repo_id),
+        "snapshot_path": snapshot_dir(cache_dir, repo_id, commit),
+        "pairserve_dir": state_dir(cache_dir, repo_id),
+        "export_path": export_dir(cache_dir, repo_id, commit),
+        "restart_marker": restart_marker_path(cache_dir, repo_id),
+    }
 
 
 # -- listing ---------------------------------------------------------------------------------------------------
@@ -356,8 +383,8 @@ def human_bytes(num: float) -> str:
 
 # -- export: a self-contained directory of hardlinks -----------------------------------------------------------------
 
-def sync_export(cache_dir: str, repo_id: str, commit: str, wanted: list, export_dir: str, check_mode: bool) -> list:
-    """Make export_dir/<file> the same inode as what snapshots/<sha>/<file> resolves to.
+def sync_export(cache_dir: str, repo_id: str, commit: str, wanted: list, check_mode: bool) -> list:
+    """Make <export_dir(...)>/<file> the same inode as what snapshots/<sha>/<file> resolves to.
 
     Why: GPUStack bind-mounts only the model directory into the replica container, where the snapshot's relative
     symlinks into ../../blobs dangle. Hardlinks cost no extra disk and need no mount outside the directory.
@@ -365,11 +392,12 @@ def sync_export(cache_dir: str, repo_id: str, commit: str, wanted: list, export_
     Returns the changed paths.
     """
     snap = snapshot_dir(cache_dir, repo_id, commit)
+    export = export_dir(cache_dir, repo_id, commit)
     changed = []
     wanted_set = set(wanted)
     for path in wanted:
         source = os.path.realpath(os.path.join(snap, path))
-        target = os.path.join(export_dir, path)
+        target = os.path.join(export, path)
         src_stat = os.stat(source)
         try:
             dst_stat = os.lstat(target)
@@ -390,13 +418,14 @@ def sync_export(cache_dir: str, repo_id: str, commit: str, wanted: list, export_
             os.link(source, tmp)
         except OSError as exc:
             raise HubError(
-                "Cannot hardlink %s into export_dir %s: %s. export_dir must be on the same filesystem as cache_dir "
-                "(hardlinks cost no extra disk); choose a directory on that filesystem." % (source, export_dir, exc))
+                "Cannot hardlink %s into the export %s: %s. The export must be on the filesystem of the cache's "
+                "blobs (hardlinks cost no extra disk): do not mount another filesystem or link another directory "
+                "at %s or below it." % (source, export, exc, state_dir(cache_dir, repo_id)))
         os.replace(tmp, target)
-    if os.path.isdir(export_dir):
-        for root, _dirs, names in os.walk(export_dir):
+    if os.path.isdir(export):
+        for root, _dirs, names in os.walk(export):
             for name in names:
-                rel = os.path.relpath(os.path.join(root, name), export_dir)
+                rel = os.path.relpath(os.path.join(root, name), export)
                 if rel not in wanted_set:
                     changed.append(rel)
                     if not check_mode:

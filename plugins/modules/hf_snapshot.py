@@ -30,7 +30,11 @@ description:
     run that needs it.
   - Free disk space is checked against the listing's total before anything is fetched.
   - Optionally writes C(refs/<ref_name>) so that C(hf cache prune) keeps the pinned snapshot, and exports the
-    snapshot as a self-contained directory of hardlinks that a container can mount on its own.
+    snapshot as a self-contained directory of hardlinks that a container can mount on its own (O(export)).
+  - The module owns the collection's layout of the cache - it computes the paths of one checkpoint from
+    O(cache_dir), O(repo_id) and the commit and returns them (RV(snapshot_path), RV(export_path),
+    RV(pairserve_dir), RV(restart_marker)), in check mode too. A play that has no result of this module gets the
+    same paths from the filter P(pairserve.llm.checkpoint_paths#filter).
 author:
   - pairserve.llm maintainers (@pairserve)
 requirements:
@@ -93,13 +97,17 @@ options:
         download. Files already proven good are not hashed again unless their size, mtime or inode changed.
     type: bool
     default: true
-  export_dir:
+  export:
     description:
-      - Also present the snapshot as a directory of hardlinks at this path (same filesystem as O(cache_dir)).
+      - Also present the snapshot as a directory of hardlinks, RV(export_path)
+        (C(<cache_dir>/models--ORG--NAME/pairserve/export/<sha>), on the filesystem of O(cache_dir) by
+        construction), and return it as RV(path).
       - Use it as the model path of a container that mounts only that directory; the snapshot's relative symlinks
         into C(../../blobs) would dangle there. A patched file in the snapshot (see
-        M(pairserve.llm.tokenizer_patch)) is linked as patched.
-    type: path
+        M(pairserve.llm.tokenizer_patch)) is linked as patched; a file that is not in the snapshot's selection
+        is removed from it.
+    type: bool
+    default: false
   progress_file:
     description:
       - JSON file updated once a second during the download with C(bytes_done), C(bytes_total), C(percent),
@@ -127,9 +135,14 @@ EXAMPLES = r"""
     cache_dir: /var/lib/pairserve/hf-cache
     token: "{{ pairserve_hf_token | default(omit) }}"
     ref_name: pairserve
-    export_dir: /var/lib/pairserve/hf-cache/models--orcarouter--Qwen3.8-27B-Uncensored-NVFP4/pairserve/export
+    export: true
   vars:
     ansible_python_interpreter: "{{ pairserve_node_python }}"
+  register: snapshot
+
+- name: Show the directory a container mounts
+  ansible.builtin.debug:
+    msg: "{{ snapshot.path }}"  # == snapshot.export_path
 
 - name: Only the configuration files, from a mirror
   pairserve.llm.hf_snapshot:
@@ -150,7 +163,29 @@ snapshot_path:
   returned: always
   type: str
 path:
-  description: Where to point a model loader, O(export_dir) when given, otherwise RV(snapshot_path).
+  description: Where to point a model loader, RV(export_path) with O(export=true), otherwise RV(snapshot_path).
+  returned: always
+  type: str
+export_path:
+  description:
+    - The export directory of this commit, C(<cache_dir>/models--ORG--NAME/pairserve/export/<sha>).
+    - Returned also without O(export) and in check mode (where nothing is written); the directory exists only
+      once a run with O(export=true) has made it.
+  returned: always
+  type: str
+  sample: /var/lib/pairserve/hf-cache/models--org--name/pairserve/export/0123456789abcdef0123456789abcdef01234567
+pairserve_dir:
+  description:
+    - The collection's folder in the repository's cache folder, C(<cache_dir>/models--ORG--NAME/pairserve)
+      (manifests, progress files, tokenizer patch records, the exports, the restart mark), beside
+      huggingface_hub's C(blobs/), C(snapshots/) and C(refs/).
+  returned: always
+  type: str
+restart_marker:
+  description:
+    - Where role P(pairserve.llm.checkpoint#role) keeps its mark that a node's replicas run on older files than
+      the export, C(<cache_dir>/models--ORG--NAME/pairserve/restart-pending.json). This module neither writes
+      nor reads it; it only names it, so that the path has one owner.
   returned: always
   type: str
 files:
@@ -205,10 +240,6 @@ requests_sent:
 ref:
   description: C(refs/<ref_name>) path, when O(ref_name) is set.
   returned: when O(ref_name) is set
-  type: str
-export_path:
-  description: The export directory, when O(export_dir) is set.
-  returned: when O(export_dir) is set
   type: str
 progress_file:
   description: The progress file of this download.
@@ -279,7 +310,7 @@ def main():
             endpoint=dict(type="str", default="https://huggingface.co"),
             ref_name=dict(type="str"),
             verify=dict(type="bool", default=True),
-            export_dir=dict(type="path"),
+            export=dict(type="bool", default=False),
             progress_file=dict(type="path"),
             reserve_free_space=dict(type="int", default=1 << 30),
             max_workers=dict(type="int", default=8),
@@ -340,7 +371,8 @@ def main():
         module.fail_json(msg="allow_patterns %s / ignore_patterns %s select no file of %s@%s (%d files). Fix the "
                              "patterns." % (p["allow_patterns"], p["ignore_patterns"], repo_id, commit, len(files)))
 
-    snap = hub.snapshot_dir(cache_dir, repo_id, commit)
+    paths = hub.checkpoint_paths(cache_dir, repo_id, commit)
+    snap, export_dir = paths["snapshot_path"], paths["export_path"]
     progress_file = p["progress_file"] or hub.default_progress_path(cache_dir, repo_id, commit)
     bytes_total = sum(files[f]["size"] for f in wanted)
     fetched = list(status["missing"])
@@ -351,7 +383,9 @@ def main():
     changed = bool(fetched)
     before = {"files_present": sorted(status["present"])}
     after = {"files_present": sorted(wanted)}
-    result = dict(changed=False, commit=commit, snapshot_path=snap, path=p["export_dir"] or snap, files=wanted,
+    result = dict(changed=False, commit=commit, snapshot_path=snap, path=export_dir if p["export"] else snap,
+                  export_path=export_dir, pairserve_dir=paths["pairserve_dir"],
+                  restart_marker=paths["restart_marker"], files=wanted,
                   fetched=fetched, bytes_fetched=bytes_fetched, bytes_resumed=bytes_resumed, bytes_total=bytes_total,
                   bytes_verified=0, duration_s=0.0, throughput_bytes_per_s=0, requests_sent=requests_sent,
                   progress_file=progress_file, resumed=[], debris_removed=[], model={})
@@ -424,16 +458,14 @@ def main():
         before["ref"], after["ref"] = ref_before, ref_after
         changed = changed or ref_before != ref_after
 
-    if p["export_dir"]:
-        export_dir = os.path.abspath(p["export_dir"])
+    if p["export"]:
         if module.check_mode and (fetched or not os.path.isdir(snap)):
             export_changed = list(wanted)
         else:
             try:
-                export_changed = hub.sync_export(cache_dir, repo_id, commit, wanted, export_dir, module.check_mode)
+                export_changed = hub.sync_export(cache_dir, repo_id, commit, wanted, module.check_mode)
             except (hub.HubError, OSError) as exc:
                 module.fail_json(msg=str(exc), **result)
-        result["export_path"] = export_dir
         before["export_outdated"] = sorted(export_changed)
         after["export_outdated"] = []
         changed = changed or bool(export_changed)

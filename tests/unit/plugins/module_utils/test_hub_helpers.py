@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -75,3 +76,57 @@ def test_unpinned_advice_names_three_ways_to_find_the_commit():
     text = hub.how_to_find_commit("org/model")
     assert "hf models info org/model --revision main --expand sha" in text and "model_info('org/model'" in text
     assert "commit history" in text
+
+
+# -- the layout of one checkpoint: one owner --------------------------------------------------------------------
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_checkpoint_paths_name_the_whole_layout():
+    paths = hub.checkpoint_paths("/var/lib/pairserve/hf-cache", "org/model-X", COMMIT)
+    folder = "/var/lib/pairserve/hf-cache/models--org--model-X"
+    assert paths == {
+        "repo_folder": folder,
+        "snapshot_path": folder + "/snapshots/" + COMMIT,
+        "pairserve_dir": folder + "/pairserve",
+        "export_path": folder + "/pairserve/export/" + COMMIT,
+        "restart_marker": folder + "/pairserve/restart-pending.json",
+    }
+    # the helpers the module and partial_downloads use are the same rule
+    assert paths["repo_folder"] == hub.repo_folder("/var/lib/pairserve/hf-cache", "org/model-X")
+    assert paths["pairserve_dir"] == hub.state_dir("/var/lib/pairserve/hf-cache", "org/model-X")
+    assert paths["export_path"] == hub.export_dir("/var/lib/pairserve/hf-cache", "org/model-X", COMMIT)
+    assert paths["restart_marker"] == hub.restart_marker_path("/var/lib/pairserve/hf-cache", "org/model-X")
+
+
+def fake_snapshot(cache: Path, repo_id: str, files: dict) -> None:
+    """A cache as huggingface_hub leaves it: blobs, and snapshot entries that are relative links into them."""
+    folder = Path(hub.repo_folder(str(cache), repo_id))
+    (folder / "blobs").mkdir(parents=True, exist_ok=True)
+    for path, data in files.items():
+        blob = folder / "blobs" / ("blob-" + path.replace("/", "-"))
+        blob.write_bytes(data)
+        entry = Path(hub.snapshot_dir(str(cache), repo_id, COMMIT)) / path
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        entry.symlink_to(os.path.relpath(blob, entry.parent))
+
+
+def test_sync_export_links_into_the_export_of_the_layout(tmp_path):
+    fake_snapshot(tmp_path, "org/model", {"config.json": b"{}", "vision/a.safetensors": b"x" * 10})
+    wanted = ["config.json", "vision/a.safetensors"]
+    export = Path(hub.export_dir(str(tmp_path), "org/model", COMMIT))
+
+    assert sorted(hub.sync_export(str(tmp_path), "org/model", COMMIT, wanted, check_mode=True)) == wanted
+    assert not export.exists(), "check mode wrote the export"
+
+    assert sorted(hub.sync_export(str(tmp_path), "org/model", COMMIT, wanted, check_mode=False)) == wanted
+    snap = Path(hub.snapshot_dir(str(tmp_path), "org/model", COMMIT))
+    for path in wanted:
+        assert not (export / path).is_symlink()
+        assert (export / path).stat().st_ino == (snap / path).resolve().stat().st_ino
+    assert hub.sync_export(str(tmp_path), "org/model", COMMIT, wanted, check_mode=False) == []
+
+    (export / "stale.bin").write_bytes(b"old")  # not in the selection: removed
+    assert hub.sync_export(str(tmp_path), "org/model", COMMIT, wanted, check_mode=False) == ["stale.bin"]
+    assert not (export / "stale.bin").exists()
