@@ -52,9 +52,10 @@ def read_in_container(directory) -> dict:
 def test_exported_checkpoint_reads_completely_inside_a_container(fresh_hub, cache, hf_env, tmp_path):
     assert not run_module("hf_snapshot", snapshot_args(fresh_hub, cache), env=hf_env).failed
     assert not run_module("tokenizer_patch", {"path": str(snap(cache))}, env=hf_env).failed
-    export = repo_dir(cache) / "pairserve" / "export" / COMMIT_A
-    exported = run_module("hf_snapshot", snapshot_args(fresh_hub, cache, export_dir=str(export)), env=hf_env)
-    assert not exported.failed and exported.changed and exported["path"] == str(export)
+    export = repo_dir(cache) / "pairserve" / "export" / COMMIT_A  # the module's own path, not an argument
+    exported = run_module("hf_snapshot", snapshot_args(fresh_hub, cache, export=True), env=hf_env)
+    assert not exported.failed and exported.changed
+    assert exported["path"] == exported["export_path"] == str(export)
 
     # the problem: the snapshot alone is a directory of dangling links once mounted without ../../blobs
     broken = read_in_container(snap(cache))

@@ -29,6 +29,11 @@ def test_pinned_fetch_four_steps_and_zero_request_rerun(fresh_hub, cache, hf_env
     assert len(hub.requests) == 1, hub.requests  # one listing, nothing else
     assert tree(cache) == [], "check mode wrote to the cache"
     assert check["diff"]["before"]["files_present"] == [] and check["diff"]["before"]["ref"] is None
+    # the paths of the checkpoint are the module's, before anything exists
+    assert check["snapshot_path"] == check["path"] == str(snap(cache))
+    assert check["pairserve_dir"] == str(repo_dir(cache) / "pairserve")
+    assert check["export_path"] == str(repo_dir(cache) / "pairserve" / "export" / COMMIT_A)
+    assert check["restart_marker"] == str(repo_dir(cache) / "pairserve" / "restart-pending.json")
 
     hub.reset_log()
     apply = run_module("hf_snapshot", args, diff=True, env=hf_env)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import threading
@@ -68,6 +69,11 @@ def test_role_downloads_patches_exports_and_is_idempotent(fresh_hub, cache, hf_e
     fact = facts(first)
     export = repo_dir(cache) / "pairserve" / "export" / COMMIT_A
     assert fact["path"] == str(export) and fact["snapshot_path"] == str(snap(cache))
+    # the export and the restart mark are hf_snapshot's paths (no rule of the role's own); the export changed, so
+    # the mark is there until a restart removes it
+    marker = repo_dir(cache) / "pairserve" / "restart-pending.json"
+    assert fact["restart_marker"] == str(marker) and fact["restart_pending"] is True
+    assert json.loads(marker.read_text())["path"] == str(export)
     assert (fact["repo"], fact["revision"]) == (REPO_ID, COMMIT_A)
     assert fact["architecture"] == "Qwen3_5ForConditionalGeneration" and fact["model_type"] == "qwen3_5"
     assert (fact["hybrid"], fact["vision"], fact["mtp"]) == (True, True, True)
@@ -97,3 +103,8 @@ def test_check_mode_on_an_empty_node_writes_nothing(fresh_hub, cache, hf_env):
     result = run_playbook(PLAY, inventory=INVENTORY, extra_vars=role_vars(fresh_hub, cache), env=hf_env, check=True)
     assert result.rc == 0, result.stdout[-3000:]
     assert tree(cache) == []
+    # the paths are named all the same (hf_snapshot in check mode), for the plays after the role
+    fact = facts(result)
+    assert fact["path"] == str(repo_dir(cache) / "pairserve" / "export" / COMMIT_A)
+    assert fact["restart_marker"] == str(repo_dir(cache) / "pairserve" / "restart-pending.json")
+    assert fact["restart_pending"] is True  # the export would change
