@@ -26,9 +26,10 @@ def bench_arm_profile(profile_name, profiles=None, replica=None):
     return bench.arm_profile(profile_name, profiles or {}, replica or {})
 
 
-def bench_summary(baseline, arms, outcomes, route=None, weights_applied=None, weights_note=""):
+def bench_summary(baseline, arms, outcomes, route=None, weights_applied=None, weights_note="", weights_kept=None):
     """Baseline results.json, checked arms, their outcomes -> the report data (results.json of the report)."""
-    return bench.summarize(baseline or {}, arms or [], outcomes or [], route, weights_applied, weights_note)
+    return bench.summarize(baseline or {}, arms or [], outcomes or [], route, weights_applied, weights_note,
+                           weights_kept)
 
 
 def bench_summary_markdown(summary):

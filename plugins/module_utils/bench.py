@@ -511,10 +511,11 @@ def _verdicts(comparison):
     return out
 
 
-def summarize(baseline, arms, outcomes, route=None, weights_applied=None, weights_note=""):
+def summarize(baseline, arms, outcomes, route=None, weights_applied=None, weights_note="", weights_kept=None):
     """The bench play's report data: the baseline run (its results.json), the weights and whether the play
     applied them, and every arm of ``arms`` in order with its outcome. An arm with no outcome did not run
-    (the play stopped first) and counts as failed: nothing is dropped silently."""
+    (the play stopped first) and counts as failed: nothing is dropped silently. ``weights_kept``: whether the
+    weights outlive the next site.yml (bench_weights.kept: lines, the YAML to paste, temporary)."""
     by_name = {}
     for outcome in outcomes or []:
         if isinstance(outcome, dict) and outcome.get("name"):
@@ -535,7 +536,7 @@ def summarize(baseline, arms, outcomes, route=None, weights_applied=None, weight
     summary = {"label": baseline.get("label"), "started": baseline.get("started"), "settings": baseline.get("settings"),
                "baseline": baseline, "route": route, "weights": baseline.get("weights"),
                "weight_basis": baseline.get("weight_basis"), "weights_applied": weights_applied,
-               "weights_note": weights_note or "", "arms": rows,
+               "weights_note": weights_note or "", "weights_kept": weights_kept or None, "arms": rows,
                "failed": [r["name"] for r in rows if r["status"] != "measured"]}
     return summary
 
@@ -555,6 +556,12 @@ def render_summary_markdown(summary):
     while text and (not text[-1].strip() or text[-1].startswith("Files:")):
         text.pop()
     lines = text
+    kept = summary.get("weights_kept")
+    if kept and summary.get("weights"):
+        lines += ["", "## After this run: %s" % ("temporary weights" if kept.get("temporary") else "weights kept"),
+                  ""] + [" ".join(kept.get("lines") or [])]
+        if kept.get("yaml"):
+            lines += ["", "```yaml", kept["yaml"].rstrip("\n"), "```"]
     arms = summary.get("arms") or []
     if arms:
         lines += ["", "## A/B arms", "",
