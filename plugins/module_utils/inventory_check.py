@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.pairserve.llm.plugins.module_utils import cuda, firewall, hub
+from ansible_collections.pairserve.llm.plugins.module_utils import bench_weights, cuda, firewall, hub
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
     ANY_CHECKPOINT,
@@ -34,7 +34,7 @@ VIEW_VARS = (
     "pairserve_gpustack_worker_port", "pairserve_gpustack_worker_metrics_port", "pairserve_gpustack_worker_name",
     "pairserve_gpustack_worker_service_port_range", "pairserve_gpustack_worker_ray_port_range",
     "pairserve_firewall_table", "pairserve_firewall_allowed_sources", "pairserve_preflight_driver_min_for_runner",
-    "pairserve_replica_restart",
+    "pairserve_replica_restart", "pairserve_bench_weights_file", "inventory_dir",
 )
 # Secrets: the view says only whether each is set (never its value).
 SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_password")
@@ -174,6 +174,13 @@ def problems(views, groups, constraints_versions=None):
         mode = view.get("pairserve_serving_mode")
         if mode not in SERVING_MODES:
             out.add(host, "pairserve_serving_mode", "%r is not one of %s" % (mode, ", ".join(SERVING_MODES)))
+        # The bench (run on this host) writes its measured weights there: the same rule as its own preflight.
+        path, problem = bench_weights.weights_file(view.get("pairserve_bench_weights_file"), view.get("inventory_dir"))
+        if problem:
+            out.add(host, "pairserve_bench_weights_file", problem)
+        elif path and mode == "split":
+            out.add(host, "pairserve_bench_weights_file", "split mode gives every replica weight 100 and ignores "
+                    "pairserve_route_weights: leave it empty")
     # The pins must be the same on every node: one service, one GPUStack, one vLLM.
     for var in ("pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_checkpoint_revision"):
         values = dict((h, (views.get(h) or {}).get(var)) for h in sorted(set(servers) | set(nodes)))

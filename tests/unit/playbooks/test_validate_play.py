@@ -88,6 +88,16 @@ def test_the_seed_inventory_has_no_problem():
     # The drained restart's own switch, set for every run: each registration would restart undrained.
     ({"node_b__pairserve_replica_restart": True}, ("node-b", "pairserve_replica_restart")),
     ({"node_b__pairserve_replica_restart": False}, None),
+    # The file the bench keeps its measured weights in: a .yml/.yaml path, absolute or inventory-relative.
+    ({"node_a__pairserve_bench_weights_file": "weights.json", "node_a__inventory_dir": "/tmp"},
+     ("node-a", "pairserve_bench_weights_file")),
+    ({"node_a__pairserve_bench_weights_file": "w.yml", "node_a__inventory_dir": None},
+     ("node-a", "pairserve_bench_weights_file")),
+    ({"node_a__pairserve_bench_weights_file": "/nonexistent-dir/w.yml"}, ("node-a", "pairserve_bench_weights_file")),
+    ({"node_a__pairserve_bench_weights_file": "/tmp/w.yml", "node_a__pairserve_serving_mode": "split",
+      "node_b__pairserve_replica_profile": "text"}, ("node-a", "pairserve_bench_weights_file")),
+    ({"node_a__pairserve_bench_weights_file": "w.yml", "node_a__inventory_dir": "/tmp"}, None),
+    ({"node_a__pairserve_bench_weights_file": ""}, None),
 ])
 def test_each_rule(changes, expected):
     found = check(**changes)
@@ -284,3 +294,11 @@ def test_the_gpu_conflict_check_runs_after_detection_and_before_any_change():
     first_change = _index(rebuild, lambda t: "block" in t, "the rebuild block")
     assert check < _index(rebuild, lambda t: t["name"].startswith("Render and check the replica"), "render") \
         < first_change
+
+
+def test_a_weights_file_that_is_a_directory_is_refused(tmp_path):
+    (tmp_path / "group_vars" / "all.yml").mkdir(parents=True)
+    found = problems({"node-a": dict(GOOD_VIEW, pairserve_bench_weights_file="group_vars/all.yml",
+                                     inventory_dir=str(tmp_path)), "node-b": dict(GOOD_VIEW)}, GROUPS, ["2.2.3"])
+    assert [p["text"] for p in found if p["variable"] == "pairserve_bench_weights_file"] == [
+        "node-a: pairserve_bench_weights_file: %s is a directory: name a .yml file in it" % (tmp_path / "group_vars" / "all.yml")]
