@@ -143,15 +143,15 @@ def _keep_lines(plan, applied, written, default_share):
         previous = written.get("previous") if written.get("previous_present") else None
         if effective and effective != previous:
             # The inventory read at the start of the run did not take its value from this file.
+            held = _inline(previous) if previous else "nothing"
             lines.append("Check the precedence: this run's inventory set %s = %s, which is not what %s held (%s), so "
                          "another source sets it (host_vars, another group_vars file, -e) and may still win over "
-                         "this file; remove it there." % (VARIABLE, inventory, plan["file"],
-                                                           _inline(previous) if previous else "nothing"))
+                         "this file; remove it there." % (VARIABLE, inventory, plan["file"], held))
         return lines
     if applied:
         lines = ["TEMPORARY: these weights were applied to route %s, but the next site.yml sets it back from the "
-                 "inventory's %s = %s (a host not named gets %d)." % (plan.get("route"), VARIABLE, inventory,
-                                                                       default_share)]
+                 "inventory's %s = %s (a host not named gets %d)."
+                 % (plan.get("route"), VARIABLE, inventory, default_share)]
     else:
         lines = ["Not kept anywhere: the inventory's %s = %s stays what site.yml applies." % (VARIABLE, inventory)]
     if plan.get("problem"):

@@ -150,7 +150,7 @@ def set_key(text, key, value):
                if isinstance(k, yaml.ScalarNode) and k.value == key]
     if len(matches) > 1:
         raise VarsFileError("key %s is given %d times (lines %s): YAML keeps only the last one; leave one"
-                            % (key, len(matches), ", ".join(str(k.start_mark.line + 1) for k, _ in matches)))
+                            % (key, len(matches), ", ".join(str(node.start_mark.line + 1) for node, _value in matches)))
     if present and same(before[key], value):
         return text, "unchanged", before[key], True
     if root is not None and root.flow_style:

@@ -70,9 +70,8 @@ def played(tmp_path_factory):
     paths = _files(tmp)
     tasks = []
     for name in CASES:
-        task = {"name": name, "pairserve.llm.vars_file_entry": {"path": str(paths[name]),
-                                                               "key": "pairserve_route_weights", "value": WEIGHTS},
-                "ignore_errors": True, "diff": True}
+        args = {"path": str(paths[name]), "key": "pairserve_route_weights", "value": WEIGHTS}
+        task = {"name": name, "pairserve.llm.vars_file_entry": args, "ignore_errors": True, "diff": True}
         if name == "check":
             task["check_mode"] = True
         tasks.append(task)
@@ -146,7 +145,7 @@ def test_what_cannot_be_replaced_safely_is_refused_and_left_alone(played, name, 
 
 
 def test_the_file_is_unchanged_after_a_refusal(played):
-    _, paths = played
+    paths = played[1]
     assert paths["twice"].read_text() == "pairserve_route_weights: {}\nb: 1\npairserve_route_weights: {}\n"
 
 
