@@ -10,8 +10,8 @@ step decodes one token for each running request past its prefill and spends the 
 ``max_num_batched_tokens`` (8192) budget on prompt chunks (chunked prefill). A step costs the decode time of its
 batch plus its prompt tokens at the replica's prefill rate. The route picks a target per request by weighted
 random choice, as GPUStack does with its gateway disabled. Queue-aware weights come from the controller's own
-``step`` (roles/controller/files/pairserve_controller.py, imported by path), fed each tick with the Prometheus
-text a vLLM server would expose, parsed by the controller's own parser. Calibration and the workload mix are
+``step`` (the package roles/controller/files/pairserve_controller), fed each tick with the Prometheus text a vLLM
+server would expose, parsed as the controller parses it (prometheus_client's parser). Calibration and the workload mix are
 documented in docs/queue-aware-weights.md.
 """
 
@@ -28,22 +28,24 @@ import random
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONTROLLER_PATH = os.path.join(ROOT, "roles", "controller", "files", "pairserve_controller.py")
+CONTROLLER_PATH = os.path.join(ROOT, "roles", "controller", "files")
 DOC_PATH = os.path.join(ROOT, "docs", "queue-aware-weights.md")
 BEGIN = "<!-- simulate_routing: begin -->"
 END = "<!-- simulate_routing: end -->"
 
 
-def load_controller(path=CONTROLLER_PATH):
-    """The controller module, imported from its file (it is a service script, not a package)."""
-    spec = importlib.util.spec_from_file_location("pairserve_controller", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("pairserve_controller", module)
-    spec.loader.exec_module(module)
-    return module
+def load_controller():
+    """The controller's package, imported as the service imports it: beside the collection's module_utils
+    (bootstrap links this checkout under .cache/collections)."""
+    for path in (os.path.join(ROOT, ".cache", "collections"), CONTROLLER_PATH):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    from pairserve_controller import policy, vllm_metrics  # pylint: disable=import-outside-toplevel
+    from ansible_collections.pairserve.llm.plugins.module_utils import routes  # pylint: disable=import-outside-toplevel
+    return policy, vllm_metrics, routes
 
 
-CTL = load_controller()
+POLICY, METRICS, ROUTES = load_controller()
 
 # The seed's figures (GPUStack 2.2.3, vLLM 0.25.1, TP=2 per pair, --max-num-seqs 8, --max-num-batched-tokens 8192).
 SEED = {
@@ -270,13 +272,13 @@ class QueueAwareRouting:
 
     def __init__(self, names, initial, interval=5.0, exact=False, **policy):
         mean_p, mean_o = mix_means()
-        speeds = {n: CTL.Speed(SEED[n]["prefill"], SEED[n]["saturation"]) for n in names}
+        speeds = {n: POLICY.Speed(SEED[n]["prefill"], SEED[n]["saturation"]) for n in names}
         params = {"mode": "queue_aware", "min_weight": 5, "max_weight": 95, "min_change": 5, "hold_s": 15.0,
                   "horizon_s": 30.0, "prior_prompt": mean_p, "prior_generation": mean_o}
         params.update(policy)
-        self.policy = CTL.Policy(names=tuple(names), speeds=speeds, static=dict(initial), **params)
-        self.trackers = {n: CTL.MeanTracker(mean_p, mean_o) for n in names}
-        self.state = CTL.State(weights=dict(initial))
+        self.policy = POLICY.Policy(names=tuple(names), speeds=speeds, static=dict(initial), **params)
+        self.trackers = {n: POLICY.MeanTracker(mean_p, mean_o) for n in names}
+        self.state = POLICY.State(weights=dict(initial))
         self.weights = dict(initial)
         self.interval = interval
         self.exact = exact
@@ -285,14 +287,14 @@ class QueueAwareRouting:
     def tick(self, now, replicas):
         loads = {}
         for name, rep in replicas.items():
-            snap = CTL.metrics_snapshot(CTL.parse_prometheus(rep.metrics_text()))
+            snap = METRICS.metrics_snapshot(METRICS.parse_prometheus(rep.metrics_text()))
             mean_p, mean_o = self.trackers[name].update(snap)
-            load = CTL.load_from_snapshot(snap, mean_p, mean_o)
+            load = POLICY.load_from_snapshot(snap, mean_p, mean_o)
             if self.exact:
                 load = dataclasses.replace(load, queued_prompt_tokens=rep.exact_queued_prompt_tokens())
             loads[name] = load
-        inputs = CTL.Inputs(now=now, loads=loads, ready={n: True for n in replicas})
-        self.state, actions = CTL.step(self.state, inputs, self.policy)
+        inputs = POLICY.Inputs(now=now, loads=loads, ready={n: True for n in replicas})
+        self.state, actions = POLICY.step(self.state, inputs, self.policy)
         for action in actions:
             if action.kind == "set_weights":
                 self.weights = dict(action.weights)
@@ -442,7 +444,7 @@ def solo_throughput(name, seed, duration, clients=MAX_SEQS, mix=None):
 def measured_weights(seed, duration, mix=None):
     """Static weights from solo bench runs of each replica on this mix (what an operator would measure)."""
     tps = {n: solo_throughput(n, seed, duration, mix=mix) for n in SEED}
-    return CTL.normalize_weights(tps, list(SEED), 1, 99), tps
+    return ROUTES.bounded_weights(tps, list(SEED), 1, 99), tps
 
 
 def seed_shape_mix(ratio, output=400):

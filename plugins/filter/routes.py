@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters pairserve.llm.route_wanted and route_drain_plan (documented in their .yml files); the rules are
+"""Filters pairserve.llm.route_wanted, route_drain_plan and controller_static_weights (documented in their .yml files); the rules are
 module_utils/routes.py's."""
 
 from __future__ import annotations
@@ -29,8 +29,18 @@ def route_drain_plan(routes_now, mine, new_names, share_when_zero=None):
         raise AnsibleFilterError("pairserve.llm.route_drain_plan: %s" % err) from err
 
 
+def controller_static_weights(replicas, weights, model_name, hosts):
+    if not isinstance(replicas, list):
+        raise AnsibleFilterError("pairserve.llm.controller_static_weights: expected the controller's replicas as a list")
+    try:
+        return routes.static_weights_by_replica(replicas, weights or {}, model_name, list(hosts or []))
+    except (KeyError, TypeError, ValueError) as err:
+        raise AnsibleFilterError("pairserve.llm.controller_static_weights: %s" % err) from err
+
+
 class FilterModule:  # pylint: disable=too-few-public-methods
     """pairserve.llm route filters."""
 
     def filters(self):
-        return {"route_wanted": route_wanted, "route_drain_plan": route_drain_plan}
+        return {"route_wanted": route_wanted, "route_drain_plan": route_drain_plan,
+                "controller_static_weights": controller_static_weights}

@@ -21,6 +21,7 @@ from http.cookiejar import CookieJar
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlencode, quote
+from ansible_collections.pairserve.llm.plugins.module_utils.routes import reweigh
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import (
     CaPathError,
     cert_verify_error,
@@ -386,6 +387,29 @@ def put_backend_versions(client, row, versions):
 
 def path_id(prefix, item_id):
     return "%s/%s" % (prefix, quote(str(item_id)))
+
+
+# -- route targets -----------------------------------------------------------------------------------------
+
+# Fields of a route target sent back as read, so that a PUT changes only weights and fallback codes.
+ROUTE_TARGET_KEPT = ("provider_id", "provider_model_name", "overridden_model_name")
+
+
+def reweighed_route_targets(current, names_by_id, changes):
+    """The targets of a route PUT that gives ``changes`` ({model name: weight}) to some of ``current`` (the route's
+    targets as the server has them), the others kept, every target id kept (GPUStack recreates a target sent
+    without one), the drain rule applied by ``routes.reweigh``. ValueError for a model the route does not hold."""
+    now = [{"model": names_by_id.get(t.get("model_id"), "provider:%s" % t.get("provider_id")),
+            "weight": t.get("weight", 0), "fallback_status_codes": t.get("fallback_status_codes")} for t in current]
+    body = []
+    for target, new in zip(current, reweigh(now, changes)):
+        item = {"id": target["id"], "model_id": target.get("model_id"), "weight": new["weight"],
+                "fallback_status_codes": new["fallback_status_codes"]}
+        for key in ROUTE_TARGET_KEPT:
+            if target.get(key) is not None:
+                item[key] = target[key]
+        body.append(item)
+    return body
 
 
 # -- diffs -----------------------------------------------------------------------------------------

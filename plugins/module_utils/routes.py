@@ -13,6 +13,12 @@
   that has no fallback of its own is drained by making that replica the route's fallback (weight 0, on 5xx of
   the others); the restore clears it. Otherwise (two replicas of the node in one route, or a fallback the user
   configured) its targets go to weight 0, which only 2.2.3 accepts.
+- ``reweigh``: new weights for some targets of a route as the server has it, with that drain rule applied (a
+  single weight-0 target of a route with no fallback of its own is parked as the fallback; a parked target given
+  a weight again leaves the fallback). ``gpustack_route``'s ``drain`` and ``restore``, the drain plan and the
+  controller all set weights through it.
+- ``bounded_weights``: the controller's weights, shares clamped between a floor and a ceiling, then rounded by
+  ``proportional``'s rule.
 """
 
 from __future__ import annotations
@@ -44,6 +50,75 @@ def proportional(figures, total=100):
     return dict(zip(names, floors))
 
 
+def bounded_weights(shares, names, min_weight=0, max_weight=100, total=100):
+    """{name: int weight} summing to ``total`` from non-negative ``shares``, each between the bounds.
+
+    names: every target in route order; a name missing from ``shares`` (a cold target) gets 0. Every other one
+    gets at least ``min_weight`` and at most ``max_weight``; bounds that cannot all hold are relaxed to 0 and
+    ``total``. What clamping frees (or takes) goes to the unclamped targets in proportion, until nothing moves;
+    the result is rounded by ``proportional``. No share at all (every one 0) is an even split."""
+    live = [n for n in names if n in shares]
+    if not live:
+        raise ValueError("no warm target to route to: at least one replica must take requests")
+    values = dict((n, float(shares[n])) for n in live)
+    if any(v < 0 or v != v for v in values.values()):
+        raise ValueError("negative or NaN weight share in %r" % (shares,))
+    lo, hi = max(0.0, float(min_weight)), min(float(total), float(max_weight))
+    if lo * len(live) > total or hi * len(live) < total or lo > hi:
+        lo, hi = 0.0, float(total)
+    whole = sum(values.values())
+    exact = dict((n, values[n] / whole * total if whole > 0 else float(total) / len(live)) for n in live)
+    fixed = {}
+    for _round in range(len(live) + 1):
+        free = [n for n in live if n not in fixed]
+        budget = total - sum(fixed.values())
+        free_total = sum(exact[n] for n in free)
+        scaled = dict((n, exact[n] / free_total * budget if free_total > 0 else budget / len(free)) for n in free)
+        newly = dict((n, min(max(v, lo), hi)) for n, v in scaled.items() if v < lo or v > hi)
+        if not newly:
+            exact = dict(fixed, **scaled)
+            break
+        fixed.update(newly)
+        if len(fixed) == len(live):
+            exact = fixed
+            break
+    rounded = proportional(exact, total) if sum(exact.values()) > 0 else proportional(
+        dict((n, 1) for n in live), total)
+    return dict((n, rounded.get(n, 0)) for n in names)
+
+
+def reweigh(targets, weights):
+    """The route's targets after giving ``weights`` ({model: int >= 0}) to some of them, in a form GPUStack 2.2.3
+    and 2.3.0 both accept where it can be.
+
+    targets: the whole route as the server has it, [{model, weight, fallback_status_codes}]; targets not named in
+    ``weights`` keep their weight. A target given a weight above 0 that was a weight-0 fallback (a drain parked
+    it) leaves the fallback. Then, when exactly one target is at 0, the others carry weight and no target is the
+    route's fallback, that one is parked as the fallback on ``DRAIN_FALLBACK_CODES``. Returns new dicts in the
+    same order; ValueError for a model the route does not hold or a negative weight."""
+    known = [t["model"] for t in targets]
+    unknown = sorted(set(weights) - set(known))
+    if unknown:
+        raise ValueError("the route has no target for %s (its targets: %s)" % (", ".join(unknown), ", ".join(known)))
+    out = []
+    for target in targets:
+        item = dict(target, weight=int(target.get("weight") or 0),
+                    fallback_status_codes=target.get("fallback_status_codes") or None)
+        if item["model"] in weights:
+            weight = int(weights[item["model"]])
+            if weight < 0:
+                raise ValueError("weight of %s is %d: weights are 0 (drained) or more" % (item["model"], weight))
+            if weight > 0 and item["weight"] == 0:
+                item["fallback_status_codes"] = None
+            item["weight"] = weight
+        out.append(item)
+    zero = [t for t in out if t["weight"] == 0]
+    if (len(zero) == 1 and len(zero) < len(out) and not zero[0]["fallback_status_codes"]
+            and not any(t["fallback_status_codes"] for t in out)):
+        zero[0]["fallback_status_codes"] = list(DRAIN_FALLBACK_CODES)
+    return out
+
+
 def split_share(share, names):
     """One host's share over its replicas ``names``, equal parts summing to ``share`` (0 stays 0)."""
     names = list(names)
@@ -57,6 +132,33 @@ def split_share(share, names):
 def host_share(weights, host, default=DEFAULT_HOST_WEIGHT):
     """The pooled share of ``host`` from ``pairserve_route_weights`` (hosts not named get ``default``)."""
     return int((weights or {}).get(host, default))
+
+
+def replica_host(name, model_name, hosts):
+    """The host of replica ``name`` by the replica role's naming, ``<model_name>-<host>``; None when no host fits."""
+    found = [h for h in hosts if name == "%s-%s" % (model_name, h)]
+    return found[0] if len(found) == 1 else None
+
+
+def static_weights_by_replica(replicas, weights, model_name, hosts):
+    """{replica name: weight} of a pooled route, from ``pairserve_route_weights`` (``weights``, by host).
+
+    replicas: [{name, host (optional)}]; a replica without ``host`` belongs to the host whose name ends its model
+    name (``<model_name>-<host>``, the replica role's naming). Each host's share is split over its replicas as
+    ``wanted_routes`` does, so the controller's static split is the route role's. ValueError names a replica whose
+    host cannot be told."""
+    by_host = {}
+    for replica in replicas:
+        host = replica.get("host") or replica_host(replica["name"], model_name, hosts)
+        if not host:
+            raise ValueError("replica %s: no inventory host is named by it (%s-<host> for a host of %s); give its "
+                             "host, e.g. {name: %s, host: node-b}" % (replica["name"], model_name,
+                                                                       ", ".join(hosts) or "no host", replica["name"]))
+        by_host.setdefault(host, []).append(replica["name"])
+    out = {}
+    for host, names in by_host.items():
+        out.update(split_share(host_share(weights, host), names))
+    return dict((r["name"], out[r["name"]]) for r in replicas)
 
 
 def wanted_routes(mode, replicas_by_host, weights, route_name, split_routes=None):
@@ -94,10 +196,10 @@ def drain_plan(routes, mine, new_names, share_when_zero):
     mine: the node's model names now; new_names: its model names after the change.
     share_when_zero: {route name: share} restored when the node's targets already sum to 0 (an earlier run
     stopped while drained); routes not named get ``SPLIT_WEIGHT``.
-    Returns [{name, drain, restore, drainable, fallback, drain_fallback}]: the targets while drained (the
+    Returns [{name, drain, restore, drainable, fallback, drain_fallback, models}]: the targets while drained (the
     others as they are, this node's at 0 unless drained as the fallback), the targets to restore (the others as
     they are, the node's share split over new_names), whether the others carry the route meanwhile, the user's
-    fallback to keep, and the fallback while drained."""
+    fallback to keep, the fallback while drained, and this node's models in the route (what a drain names)."""
     mine = set(mine)
     plan = []
     for route in routes:
@@ -111,10 +213,13 @@ def drain_plan(routes, mine, new_names, share_when_zero):
         users_fallback = [t for t in others if t.get("fallback_status_codes")]
         kept = ({"model": users_fallback[0]["model"], "status_codes": users_fallback[0]["fallback_status_codes"]}
                 if users_fallback else None)
-        as_fallback = len(own) == 1 and not users_fallback
-        drain = [{"model": t["model"], "weight": t["weight"]} for t in others]
-        if not as_fallback:
-            drain += [{"model": t["model"], "weight": 0} for t in own]
+        drained = reweigh([dict(t, fallback_status_codes=None) if t in own else t for t in targets],
+                          dict((t["model"], 0) for t in own))
+        parked = [t for t in drained if t["weight"] == 0 and t["fallback_status_codes"]]
+        drain = [{"model": t["model"], "weight": t["weight"]} for t in drained if t not in parked]
+        drain_fallback = kept
+        if parked and not users_fallback:
+            drain_fallback = {"model": parked[0]["model"], "status_codes": parked[0]["fallback_status_codes"]}
         shares = split_share(share, new_names)
         restore = ([{"model": t["model"], "weight": t["weight"]} for t in others]
                    + [{"model": n, "weight": shares[n]} for n in new_names])
@@ -124,7 +229,7 @@ def drain_plan(routes, mine, new_names, share_when_zero):
             "restore": restore,
             "drainable": any(int(t.get("weight") or 0) > 0 for t in others),
             "fallback": kept,
-            "drain_fallback": ({"model": own[0]["model"], "status_codes": list(DRAIN_FALLBACK_CODES)}
-                               if as_fallback else kept),
+            "drain_fallback": drain_fallback,
+            "models": [t["model"] for t in own],
         })
     return plan

@@ -40,6 +40,7 @@ options:
         targets. To drain a node, plan with the filter P(pairserve.llm.route_drain_plan#filter), which drains a single
         replica as the route's fallback (both versions) and gives the restore; the maintenance plays use it. At least
         one target must keep a weight above 0.
+      - Mutually exclusive with O(drain) and O(restore).
     type: list
     elements: dict
     suboptions:
@@ -67,6 +68,27 @@ options:
         elements: str
         choices: [4xx, 5xx]
         default: [5xx]
+  drain:
+    description:
+      - Models to take out of the split of the existing route, every other target kept as it is (a day-2 change on one
+        node while the others serve).
+      - "The rule is the collection's one (C(module_utils/routes.py), also applied by the controller): when this leaves
+        exactly one target at 0 and the route has no fallback of its own, that target becomes the route's weight-0
+        fallback on 5xx, the form GPUStack 2.2.3 and 2.3.0 both accept (2.3.0 refuses a route that mixes 0 and positive
+        weights); otherwise the drained targets get a plain weight of 0, which only 2.2.3 accepts."
+      - Refused when no other target keeps a weight above 0. RV(weights_before) holds what to give back with O(restore).
+      - Mutually exclusive with O(targets), O(fallback) and O(restore).
+    type: list
+    elements: str
+    version_added: 0.1.0
+  restore:
+    description:
+      - Weights to give back to targets of the existing route, by model name (for example RV(weights_before) of the
+        drain), every other target kept as it is. A target that was parked as the route's weight-0 fallback by a
+        drain leaves the fallback when its weight is above 0.
+      - Mutually exclusive with O(targets), O(fallback) and O(drain).
+    type: dict
+    version_added: 0.1.0
   description:
     description:
       - Free text shown in the GPUStack UI. Not managed when omitted.
@@ -107,6 +129,21 @@ EXAMPLES = r"""
       model: qwen-node-b
       status_codes: [5xx]
 
+- name: Drain node B for a change (its single replica becomes the route's weight-0 fallback)
+  pairserve.llm.gpustack_route:
+    api_url: http://node-a:30080
+    api_key: "{{ pairserve_gpustack_management_key }}"
+    name: qwen
+    drain: [qwen-node-b]
+  register: drained
+
+- name: Give node B its weight back
+  pairserve.llm.gpustack_route:
+    api_url: http://node-a:30080
+    api_key: "{{ pairserve_gpustack_management_key }}"
+    name: qwen
+    restore: "{{ drained.weights_before }}"
+
 - name: Split mode, one route per profile, each falling back to the other pair on 5xx
   pairserve.llm.gpustack_route:
     api_url: http://node-a:30080
@@ -130,6 +167,11 @@ targets:
   type: list
   elements: dict
   sample: [{"id": 5, "model": "qwen-node-a", "model_id": 7, "weight": 58, "fallback_status_codes": null}]
+weights_before:
+  description: The weight of every target before this run, by model name (what O(restore) gives back after O(drain)).
+  returned: when the route existed
+  type: dict
+  sample: {"qwen-node-a": 58, "qwen-node-b": 42}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -144,6 +186,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     gpustack_argument_spec,
     path_id,
     present_diff,
+    reweighed_route_targets,
 )
 
 
@@ -190,16 +233,23 @@ def main():
             "model": {"type": "str", "required": True},
             "status_codes": {"type": "list", "elements": "str", "choices": ["4xx", "5xx"], "default": ["5xx"]},
         }},
+        drain={"type": "list", "elements": "str"},
+        restore={"type": "dict"},
         description={"type": "str"},
         categories={"type": "list", "elements": "str"},
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True, required_one_of=GPUSTACK_REQUIRED_ONE_OF,
-                           required_if=[("state", "present", ["targets"])])
+                           required_if=[("state", "present", ["targets", "drain", "restore"], True)],
+                           mutually_exclusive=[("targets", "drain", "restore"), ("fallback", "drain"),
+                                               ("fallback", "restore")])
     p = module.params
     name = p["name"]
     result = {"changed": False, "route": {}, "targets": []}
-    if p["state"] == "present":
+    reweighing = p["drain"] is not None or p["restore"] is not None
+    if p["state"] == "present" and not reweighing:
         validate_targets(module, p["targets"], p["fallback"])
+    if p["restore"] is not None:
+        validate_restore(module, p["restore"])
 
     try:
         client = GpuStackClient.from_module(module)
@@ -217,6 +267,48 @@ def main():
 
     ids_by_name = dict((m["name"], m["id"]) for m in models if not m.get("deleted_at"))
     names_by_id = dict((v, k) for k, v in ids_by_name.items())
+    if existing:
+        result["weights_before"] = dict((t["model"], t["weight"]) for t in view(current, names_by_id))
+    if reweighing:
+        body_targets = reweighed_targets(module, name, existing, current, names_by_id)
+    else:
+        body_targets = wanted_targets(module, name, current, ids_by_name)
+    changed_route(module, client, result, name, existing, current, body_targets, names_by_id)
+
+
+def validate_restore(module, weights):
+    """restore: {model: int >= 0} with one weight above 0."""
+    for model, weight in weights.items():
+        try:
+            weights[model] = int(weight)
+        except (TypeError, ValueError):
+            module.fail_json(msg="restore: the weight of %r is %r, not a whole number" % (model, weight))
+        if weights[model] < 0:
+            module.fail_json(msg="restore: weight of %r is %d; weights are 0 (drained) or more" % (model, weight))
+    if not weights:
+        module.fail_json(msg="restore is empty: give {model: weight}, e.g. the weights_before of the drain")
+
+
+def reweighed_targets(module, name, existing, current, names_by_id):
+    """The route's targets with drain or restore applied by routes.reweigh, every target id kept."""
+    p = module.params
+    if not existing:
+        module.fail_json(msg="route %r does not exist: %s works on an existing route; create it with targets first"
+                             % (name, "drain" if p["drain"] is not None else "restore"))
+    changes = dict((m, 0) for m in p["drain"]) if p["drain"] is not None else p["restore"]
+    try:
+        body_targets = reweighed_route_targets(current, names_by_id, changes)
+    except ValueError as err:
+        module.fail_json(msg="route %r: %s" % (name, err))
+    if not any(t["weight"] > 0 for t in body_targets):
+        module.fail_json(msg="route %r: draining %s would leave no target with a weight above 0, so the route would "
+                             "serve nothing; drain one node at a time" % (name, ", ".join(sorted(changes))))
+    return body_targets
+
+
+def wanted_targets(module, name, current, ids_by_name):
+    """The route's targets from O(targets) and O(fallback), every existing target id kept."""
+    p = module.params
     wanted = [dict(t) for t in p["targets"]]
     fb = p["fallback"]
     if fb:
@@ -241,7 +333,12 @@ def main():
         if model_id in id_by_model_id:
             item["id"] = id_by_model_id[model_id]
         body_targets.append(item)
+    return body_targets
 
+
+def changed_route(module, client, result, name, existing, current, body_targets, names_by_id):
+    """Compare, then create or update the route (check mode: only say so); exits the module."""
+    p = module.params
     desired = {"name": name, "description": p["description"], "categories": p["categories"],
                "targets": view(body_targets, names_by_id)}
     have = dict(existing or {}, targets=view(current, names_by_id)) if existing else None

@@ -25,12 +25,14 @@ import yaml
 from support import scripts
 from lab.ansible_runner import REPO, run_playbook
 
-SCRIPT = REPO / "roles" / "controller" / "files" / "pairserve_controller.py"
 UNIT = "/etc/systemd/system/pairserve-controller.service"
 KEY = "sk-pairserve-test0controller0key0never0shown"
 
 
-ctl = scripts.load(SCRIPT, "pairserve_controller_under_test")
+scripts.controller_path()
+# pylint: disable=wrong-import-position,wrong-import-order
+from pairserve_controller import cli, config, service  # noqa: E402
+from pairserve_controller import policy as pp  # noqa: E402
 
 needs_systemctl = pytest.mark.skipif(
     shutil.which("systemctl") is None,
@@ -44,18 +46,22 @@ def _play(tmp_path, entry="main", check=True, **host_vars):
         "ansible_python_interpreter": sys.executable,
         # The management key gpustack_server leaves as a fact; here an inventory value stands in for it.
         "pairserve_gpustack_management_key": KEY,
-        "pairserve_controller_install_dir": str(tmp_path / "lib"),
+        "pairserve_controller_home": str(tmp_path / "home"),
+        # The route's weights by host, which the controller's static weights come from.
+        "pairserve_route_weights": {"node-a": 58, "node-b": 42},
         "pairserve_controller_config_file": str(tmp_path / "etc" / "controller.ini"),
         "pairserve_controller_key_file": str(tmp_path / "etc" / "controller.key"),
     }
     base.update(host_vars)
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": base}}}))
+    gpu_nodes = dict((host, {}) for host in base.pop("gpu_nodes", ("node-a", "node-b")))
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": base},
+                                                 "children": {"gpu_nodes": {"hosts": gpu_nodes}}}}))
     task = {"name": "The controller role", "ansible.builtin.include_role": {"name": "pairserve.llm.controller"}}
     if entry != "main":
         task["ansible.builtin.include_role"]["tasks_from"] = entry + ".yml"
     playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{"name": "Controller role test", "hosts": "all", "gather_facts": False,
+    playbook.write_text(yaml.safe_dump([{"name": "Controller role test", "hosts": "localhost", "gather_facts": False,
                                          "tasks": [task]}]))
     return run_playbook(playbook, inventory=inventory, check=check, diff=True, timeout=300)
 
@@ -73,9 +79,10 @@ def _rendered(res, task):
 
 
 def _check_config(path):
-    """The role's validate command: the node's python running the script with --check-config."""
-    return subprocess.run([sys.executable, str(SCRIPT), "--check-config", str(path)], capture_output=True,
-                          text=True, check=False, timeout=60)
+    """The role's validate command: the package's --check-config, with the collection beside it as on a node."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(scripts.CONTROLLER_FILES), str(scripts.COLLECTIONS)]))
+    return subprocess.run([sys.executable, "-m", "pairserve_controller", "--check-config", str(path)],
+                          capture_output=True, text=True, check=False, timeout=60, env=env)
 
 
 def _verify_unit(path):
@@ -101,12 +108,15 @@ INVENTORIES = {
         "sleeper": "qwen-node-b", "idle_s": 720.0, "wake_waiting": 2, "names": ("qwen-node-a", "qwen-node-b"),
         "dry_run": True, "log_level": "DEBUG"}),
     # Sleep only (static weights), a third pair, measured speeds, a metrics URL and a served-model filter.
+    # The third replica's host named explicitly (its model name does not end in it); the weights are the route's.
     "sleep-three": ({"pairserve_controller_enabled": True, "pairserve_controller_mode": "sleep",
                      "pairserve_controller_sleep_replica": "qwen-node-c",
+                     "gpu_nodes": ("node-a", "node-b", "gpu3"),
+                     "pairserve_route_weights": {"node-a": 50, "node-b": 30, "gpu3": 20},
                      "pairserve_controller_replicas": [
-                         {"name": "qwen-node-a", "prefill_tps": 2700.5, "decode_tps": 244, "static_weight": 50},
-                         {"name": "qwen-node-b", "prefill_tps": 1800, "decode_tps": 177, "static_weight": 30},
-                         {"name": "qwen-node-c", "prefill_tps": 1500, "decode_tps": 150, "static_weight": 20,
+                         {"name": "qwen-node-a", "prefill_tps": 2700.5, "decode_tps": 244},
+                         {"name": "qwen-node-b", "prefill_tps": 1800, "decode_tps": 177},
+                         {"name": "qwen-node-c", "prefill_tps": 1500, "decode_tps": 150, "host": "gpu3",
                           "metrics_url": "http://10.0.0.3:40000/metrics", "served_model_name": "qwen-node-c"}]}, {
         "url": "http://127.0.0.1:30080", "route": "qwen", "mode": "static", "sleep": True, "sleeper": "qwen-node-c",
         "names": ("qwen-node-a", "qwen-node-b", "qwen-node-c"),
@@ -131,14 +141,14 @@ def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, 
     proc = _check_config(ini)
     assert proc.returncode == 0, proc.stderr
     assert "ok: route %s, mode %s" % (expect["route"], expect["mode"]) in proc.stdout
-    cfg = ctl.read_config(str(ini))
-    policy = ctl.policy_from_config(cfg)
+    cfg = config.read_config(str(ini))
+    policy = config.policy_from_config(cfg)
     assert cfg["gpustack"]["url"] == expect["url"] and cfg["gpustack"]["route"] == expect["route"]
     assert cfg["gpustack"]["api_key_file"] == str(tmp_path / "etc" / "controller.key")
     assert policy.mode == expect["mode"] and policy.sleep_enabled is expect["sleep"]
     assert policy.names == expect["names"]
     for name, (prefill, decode) in expect.get("speeds", {}).items():
-        assert policy.speeds[name] == ctl.Speed(prefill, decode)
+        assert policy.speeds[name] == pp.Speed(prefill, decode)
     if "static" in expect:
         assert policy.static == expect["static"]
     if expect["sleep"]:
@@ -161,7 +171,7 @@ def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, 
     unit.read_string(unit_text)
     svc = unit["Service"]
     exec_start = svc["ExecStart"]
-    assert exec_start.startswith("/usr/bin/python3 %s " % (tmp_path / "lib" / "pairserve_controller.py"))
+    assert exec_start.startswith("%s " % (tmp_path / "home" / "lib" / "pairserve-controller"))
     assert "--config %s --api-key-file %s" % (tmp_path / "etc" / "controller.ini", tmp_path / "etc" / "controller.key") \
         in exec_start
     assert ("--dry-run" in exec_start) is expect["dry_run"]
@@ -176,10 +186,12 @@ def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, 
     if shutil.which("systemd-analyze"):
         path = tmp_path / "pairserve-controller.service"
         path.write_text(unit_text)
-        assert _verify_unit(path) == []
+        # Check mode installs no launcher: systemd's "is not executable" for that one path is the only complaint allowed.
+        launcher = str(tmp_path / "home" / "lib" / "pairserve-controller")
+        assert [line for line in _verify_unit(path) if "Command %s is not executable" % launcher not in line] == []
 
     # Check mode: nothing written, systemd not asked about a unit that does not exist, no restart.
-    assert not (tmp_path / "lib").exists() and not (tmp_path / "etc").exists()
+    assert not (tmp_path / "home").exists() and not (tmp_path / "etc").exists()
     if not os.path.exists(UNIT):
         for task in ("Enable the pairserve controller", "Make sure the pairserve controller runs",
                      "Restart the pairserve controller"):
@@ -238,12 +250,13 @@ def test_without_the_management_key_the_role_says_where_it_comes_from(tmp_path):
 
 @pytest.mark.skipif(os.path.exists(UNIT), reason="a real pairserve-controller unit is installed on this machine")
 def test_turning_it_off_removes_what_it_installed_and_then_changes_nothing(tmp_path):
-    for path in ("lib/pairserve_controller.py", "etc/controller.ini", "etc/controller.key"):
+    for path in ("home/lib/pairserve-controller", "home/lib/pairserve_controller/cli.py", "home/venv/bin/python",
+                 "etc/controller.ini", "etc/controller.key"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text("installed by an earlier run\n")
     first = _play(tmp_path, entry="absent", check=False, pairserve_controller_enabled=False)
     assert first.rc == 0, first.stdout[-3000:]
-    assert not (tmp_path / "lib" / "pairserve_controller.py").exists()
+    assert not (tmp_path / "home").exists()  # venv, package and launcher, then the emptied directory
     assert not (tmp_path / "etc" / "controller.ini").exists() and not (tmp_path / "etc" / "controller.key").exists()
     assert _by_task(first, "Stop and disable the pairserve controller")["_status"] == "skipped"
     second = _play(tmp_path, entry="absent", check=False, pairserve_controller_enabled=False)
@@ -254,7 +267,7 @@ def test_main_entry_point_with_the_switch_off_installs_nothing(tmp_path):
     res = _play(tmp_path, pairserve_controller_enabled=False)
     assert res.rc == 0, res.stdout[-3000:]
     ran = {r["_task"] for r in res.results if r["_status"] != "skipped"}
-    assert "Install the controller script" not in ran and "Write the configuration" not in ran
+    assert "Install the controller package" not in ran and "Write the configuration" not in ran
     assert [r for r in res.results if r.get("changed")] == []
 
 
@@ -326,17 +339,17 @@ def test_api_key_file_option_replaces_the_configured_key(tmp_path, monkeypatch):
     key.write_text("sk-from-the-credential\n")
     seen = []
 
-    class Recording(ctl.Controller):
+    class Recording(service.Controller):
         def __init__(self, cfg, **kwargs):
             super().__init__(cfg, **kwargs)
-            seen.append(self.api.api_key)
+            seen.append(self.api.client.api_key)
             raise ValueError("stop here")
 
-    monkeypatch.setattr(ctl, "Controller", Recording)
-    assert ctl.main(["--config", str(path), "--api-key-file", str(key), "--once"]) == 2
-    assert ctl.main(["--config", str(path), "--once"]) == 2
+    monkeypatch.setattr(cli, "Controller", Recording)
+    assert cli.main(["--config", str(path), "--api-key-file", str(key), "--once"]) == 2
+    assert cli.main(["--config", str(path), "--once"]) == 2
     assert seen == ["sk-from-the-credential", "sk-wrong"]
-    assert ctl.main(["--config", str(path), "--api-key-file", str(tmp_path / "missing"), "--once"]) == 2
+    assert cli.main(["--config", str(path), "--api-key-file", str(tmp_path / "missing"), "--once"]) == 2
     assert len(seen) == 2, "a missing key file stops the start (exit 2) before any request"
 
 
@@ -366,9 +379,9 @@ class FakeGpuStack:
     def route_targets(self, route_id):
         return [dict(t) for t in self.targets if t["route_id"] == route_id]
 
-    def set_route_weights(self, route, targets, weights_by_model_id):
+    def set_route_weights(self, route, targets, weights, names_by_id):  # pylint: disable=unused-argument
         for target in self.targets:
-            target["weight"] = weights_by_model_id[target["model_id"]]
+            target["weight"] = weights[names_by_id[target["model_id"]]]
         self.calls.append(("weights", {t["model_id"]: t["weight"] for t in self.targets}))
 
     def set_replicas(self, model_id, replicas):
@@ -380,8 +393,9 @@ class FakeGpuStack:
         return {t["model_id"]: t["weight"] for t in self.targets}
 
 
-def _idle_metrics(method, url, body=None, headers=None, timeout=None):  # pylint: disable=unused-argument
-    return 200, 'vllm:num_requests_waiting{model_name="qwen"} 0\nvllm:num_requests_running{model_name="qwen"} 0\n'
+def _idle_metrics(url, model_name):  # pylint: disable=unused-argument
+    """What an idle replica's /metrics reads as (the parsing is tested in test_controller.py)."""
+    return pp.MetricsSnapshot(waiting=0, running=0)
 
 
 def test_a_site_run_that_wakes_the_sleeping_replica_is_noticed_and_its_weight_held_at_zero(tmp_path):
@@ -389,11 +403,11 @@ def test_a_site_run_that_wakes_the_sleeping_replica_is_noticed_and_its_weight_he
     path.write_text(GOOD.replace("mode = queue_aware", "mode = static").replace(KEY_LINE, "api_key = sk-x")
                     .replace("replica = qwen-node-b\n", "replica = qwen-node-b\nidle_minutes = 1\ndrain_grace = 0\n"))
     api, clock = FakeGpuStack(), [0.0]
-    ctrl = ctl.Controller(ctl.read_config(str(path)), api=api, clock=lambda: clock[0], http_call=_idle_metrics)
+    ctrl = service.Controller(config.read_config(str(path)), api=api, clock=lambda: clock[0], read_metrics=_idle_metrics)
     for now in (0.0, 61.0, 62.0):  # idle for a minute: weight 0, then scaled to zero
         clock[0] = now
         ctrl.tick()
-    assert ctrl.state.phase == ctl.SLEEPING
+    assert ctrl.state.phase == pp.SLEEPING
     assert api.calls == [("weights", {7: 100, 8: 0}), ("replicas", 8, 0)]
 
     # site.yml runs: the replica role registers node B with replicas 1, the route role puts 58/42 back.
@@ -403,7 +417,7 @@ def test_a_site_run_that_wakes_the_sleeping_replica_is_noticed_and_its_weight_he
     clock[0] = 63.0
     ctrl.tick()
     assert api.weights() == {7: 100, 8: 0}, "no weight for a replica without a running instance (503s)"
-    assert ctrl.state.phase == ctl.WAKING
+    assert ctrl.state.phase == pp.WAKING
 
     # Its instance comes up: the cold start is recorded from when it was noticed and the weight restored.
     api.running[8] = True
@@ -411,7 +425,7 @@ def test_a_site_run_that_wakes_the_sleeping_replica_is_noticed_and_its_weight_he
     actions = ctrl.tick()
     assert [a.kind for a in actions] == ["record_wake", "set_weights"]
     assert actions[0].seconds == pytest.approx(337.0)
-    assert api.weights() == {7: 58, 8: 42} and ctrl.state.phase == ctl.WARM
+    assert api.weights() == {7: 58, 8: 42} and ctrl.state.phase == pp.WARM
 
 
 def test_a_dry_run_keeps_its_own_picture_and_does_not_repeat_itself(tmp_path):
@@ -421,8 +435,8 @@ def test_a_dry_run_keeps_its_own_picture_and_does_not_repeat_itself(tmp_path):
                     .replace("static_weight = 58", "static_weight = 70").replace("static_weight = 42",
                                                                                  "static_weight = 30"))
     api, clock = FakeGpuStack(), [0.0]
-    ctrl = ctl.Controller(ctl.read_config(str(path)), api=api, dry_run=True, clock=lambda: clock[0],
-                          http_call=_idle_metrics)
+    ctrl = service.Controller(config.read_config(str(path)), api=api, dry_run=True, clock=lambda: clock[0],
+                          read_metrics=_idle_metrics)
     assert [a.kind for a in ctrl.tick()] == ["set_weights"]
     clock[0] = 100.0
     assert ctrl.tick() == [], "the route still has 58/42, but a dry run must not read that as an outside change"

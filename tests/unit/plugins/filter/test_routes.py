@@ -33,6 +33,55 @@ def test_proportional_refuses_nothing_to_share():
         routes.proportional({"a": 0, "b": None})
 
 
+# -- the controller's weights: bounds, then proportional's rounding ---------------------------------------
+
+@pytest.mark.parametrize("raw, names, lo, hi, expect", [
+    ({"a": 244, "b": 177}, ["a", "b"], 1, 100, {"a": 58, "b": 42}),
+    ({"a": 1, "b": 0}, ["a", "b", "c"], 5, 95, {"a": 95, "b": 5, "c": 0}),
+    ({"a": 0, "b": 0}, ["a", "b"], 5, 95, {"a": 50, "b": 50}),
+    ({"a": 1, "b": 1, "c": 1}, ["a", "b", "c"], 5, 95, {"a": 34, "b": 33, "c": 33}),
+    ({"b": 3}, ["a", "b"], 5, 95, {"a": 0, "b": 100}),
+    ({"a": 1, "b": 1000, "c": 1000}, ["a", "b", "c"], 10, 80, {"a": 10, "b": 45, "c": 45}),
+    ({"a": 1, "b": 1}, ["a", "b"], 60, 95, {"a": 50, "b": 50}),  # impossible bounds: relaxed
+])
+def test_bounded_weights_clamp_then_round_by_the_one_rule(raw, names, lo, hi, expect):
+    got = routes.bounded_weights(raw, names, lo, hi)
+    assert got == expect
+    assert sum(got.values()) == 100
+
+
+@pytest.mark.parametrize("raw", [{}, {"a": -1, "b": 1}])
+def test_bounded_weights_refuses_no_warm_target_or_a_negative_share(raw):
+    with pytest.raises(ValueError):
+        routes.bounded_weights(raw, ["a", "b"])
+
+
+def test_reweigh_parks_a_single_zero_and_unparks_it_when_its_weight_comes_back():
+    route = [{"model": "a", "weight": 58, "fallback_status_codes": None},
+             {"model": "b", "weight": 42, "fallback_status_codes": None}]
+    drained = routes.reweigh(route, {"b": 0})
+    assert [(t["model"], t["weight"], t["fallback_status_codes"]) for t in drained] == [("a", 58, None),
+                                                                                       ("b", 0, ["5xx"])]
+    assert routes.reweigh(drained, {"b": 0}) == drained  # a second drain changes nothing
+    back = routes.reweigh(drained, {"b": 42})
+    assert [(t["model"], t["weight"], t["fallback_status_codes"]) for t in back] == [("a", 58, None), ("b", 42, None)]
+    assert route[1]["fallback_status_codes"] is None  # the input is not changed
+
+
+def test_reweigh_keeps_a_users_fallback_and_leaves_two_zeros_plain():
+    route = [{"model": "a", "weight": 100, "fallback_status_codes": ["4xx"]},
+             {"model": "b", "weight": 50, "fallback_status_codes": None}]
+    assert [t["fallback_status_codes"] for t in routes.reweigh(route, {"b": 0})] == [["4xx"], None]
+    three = [{"model": m, "weight": 30} for m in "abc"]
+    assert [t["fallback_status_codes"] for t in routes.reweigh(three, {"b": 0, "c": 0})] == [None, None, None]
+
+
+@pytest.mark.parametrize("weights, match", [({"z": 0}, "no target for z"), ({"a": -1}, "0 .drained. or more")])
+def test_reweigh_refuses_unknown_models_and_negative_weights(weights, match):
+    with pytest.raises(ValueError, match=match):
+        routes.reweigh([{"model": "a", "weight": 1}, {"model": "b", "weight": 1}], weights)
+
+
 def test_a_share_splits_in_equal_parts_that_sum_to_it():
     assert routes.split_share(58, ["x"]) == {"x": 58}
     assert routes.split_share(42, ["x", "y"]) == {"x": 21, "y": 21}
@@ -68,7 +117,8 @@ def test_one_replica_is_drained_as_the_fallback_and_restored_with_its_share():
     assert plan == [{"name": "qwen", "drain": [{"model": "qwen-node-a", "weight": 58}],
                      "restore": [{"model": "qwen-node-a", "weight": 58}, {"model": "qwen-node-b", "weight": 42}],
                      "drainable": True, "fallback": None,
-                     "drain_fallback": {"model": "qwen-node-b", "status_codes": ["5xx"]}}]
+                     "drain_fallback": {"model": "qwen-node-b", "status_codes": ["5xx"]},
+                     "models": ["qwen-node-b"]}]
 
 
 def test_two_replicas_or_a_users_fallback_drain_by_weight_0():
