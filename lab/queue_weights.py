@@ -55,11 +55,10 @@ def speeds(args) -> int:
     if missing:
         raise SystemExit("lab weights: the bench run %s measured no %s" % (args.bench, ", ".join(sorted(missing))))
     settings = yaml.safe_load(args.base.read_text())
-    # The inventory's route weights stay the static ones (the controller gives them back when it is turned off).
-    static = {"%s-%s" % (ROUTE, host): weight for host, weight in WEIGHTS.items()}
+    # The static weights stay the inventory's pairserve_route_weights (the controller role derives them from it and
+    # gives them back when the controller is turned off).
     settings["pairserve_controller_replicas"] = [
-        {"name": name, "prefill_tps": measured[name][0], "decode_tps": measured[name][1], "static_weight": static[name]}
-        for name in (FAST, SLOW)]
+        {"name": name, "prefill_tps": measured[name][0], "decode_tps": measured[name][1]} for name in (FAST, SLOW)]
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(yaml.safe_dump(settings, sort_keys=False))
     os.replace(tmp, args.out)

@@ -2,7 +2,7 @@
 # Builds every expensive thing the suite and the lab share, once per machine (each step keeps a stamp
 # and is a no-op afterwards), and prints what each phase cost:
 #   - the wheelhouse of the lab's pinned GPUStack (PostgreSQL test server venv, molecule nodes and lab nodes install
-#     from it)
+#     from it), and the wheels of the controller's venv (the lab's sleep/wake and queue-weights scenarios)
 #   - the CPU venv of the vLLM the integration tier serves (lab/pins.py SERVE_VLLM: serves the tiny model) and the
 #     parser venv of the lab's pinned vLLM (argv checks)
 #   - the serving venv of the lab's pinned vLLM (for 0.25.1 its own torch 2.11 and torchvision: the image check's
@@ -25,6 +25,7 @@ group=${1:-all}
 . scripts/lib/pins.sh
 gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
 phase "GPUStack $gpustack_version wheelhouse" bash scripts/build_wheelhouse.sh "$gpustack_version"
+phase "controller wheels" bash scripts/build_controller_wheels.sh
 # shellcheck source=lib/podman-env.sh
 . scripts/lib/podman-env.sh
 phase "node image" pairserve_build_node_image

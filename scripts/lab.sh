@@ -393,8 +393,8 @@ pairserve_controller_interval: 2
 pairserve_controller_hold: 4
 pairserve_controller_wake_timeout: 600
 pairserve_controller_replicas:
-  - {name: qwen-node-a, prefill_tps: 2000, decode_tps: 250, static_weight: 58}
-  - {name: qwen-node-b, prefill_tps: 2000, decode_tps: 245, static_weight: 42}
+  - {name: qwen-node-a, prefill_tps: 2000, decode_tps: 250}
+  - {name: qwen-node-b, prefill_tps: 2000, decode_tps: 245}
 YAML
   echo "=== lab sleep/wake: the controller on (sleep mode, 30 s idle)"
   # The journal keeps earlier runs: this run's lines only, so the suite cannot pass on an older run's log.
@@ -422,7 +422,7 @@ json.dump({i["model_name"]: i["id"] for i in items("/v2/model-instances", key)},
   echo "=== lab patch restart: the tokenizer patch undone on both nodes (tokenizer_patch state=restored)"
   # shellcheck disable=SC2016  # Jinja, rendered by Ansible per node
   ansible -i inventory/lab/hosts.yml gpu_nodes -m pairserve.llm.tokenizer_patch \
-    -a '{"path": "{{ pairserve_checkpoint_cache_dir }}/models--{{ pairserve_checkpoint_repo | replace(\"/\", \"--\") }}/snapshots/{{ pairserve_checkpoint_revision }}", "state": "restored"}' \
+    -a '{"path": "{{ (pairserve_checkpoint_cache_dir | pairserve.llm.checkpoint_paths(pairserve_checkpoint_repo, pairserve_checkpoint_revision)).snapshot_path }}", "state": "restored"}' \
     >"$dir/unpatch.log" 2>&1
   echo $? >"$dir/unpatch.rc"
   start_load "$dir"
