@@ -1,5 +1,7 @@
-"""What the lab's test suites (molecule/*/tests) read from the runs scripts/lab.sh made: play logs, exit status
-files and the request loop's summaries. The lab itself (its API, keys and containers) is lab/api.py."""
+"""What the lab's test suites (molecule/*/tests) read from the runs scripts/lab.sh made: the structured task results
+of each play (the pairserve_results callback's JSON lines, <name>.jsonl beside <name>.log), exit status files and
+the request loop's summaries. Assert on the results (what each module did and returned), not on the log's text:
+the log is for people, and its task titles and messages change. The lab itself is lab/api.py."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support.recap import parse_recap
+from support.recap import TaskResults, parse_recap
 
 
 def recap(log: Path) -> dict:
@@ -16,6 +18,18 @@ def recap(log: Path) -> dict:
     parsed = parse_recap(log.read_text())
     assert parsed is not None, f"{log} has no PLAY RECAP: the play did not finish"
     return parsed
+
+
+def results(path: Path) -> TaskResults:
+    """The task results of one run scripts/lab.sh made: `path` is its .jsonl or its .log (the .jsonl beside it).
+    A missing file fails the test (it never skips): the step did not run, or ran without the callback."""
+    path = Path(path)
+    jsonl = path.with_suffix(".jsonl") if path.suffix == ".log" else path
+    if not jsonl.exists():
+        log = jsonl.with_suffix(".log")
+        pytest.fail(f"no task results {jsonl}: the step did not run (or ran without the pairserve_results "
+                    f"callback){'; its log: ' + str(log) if log.exists() else ', nor left a log'}", pytrace=False)
+    return TaskResults.from_lines(jsonl.read_text(encoding="utf-8"), str(jsonl))
 
 
 def rc(path: Path) -> int:
