@@ -131,12 +131,23 @@ stop_load() {  # stop_load <dir>: SIGTERM the loop (it writes its summary), prin
   tail -n 1 "$dir/load.log" 2>/dev/null || true
 }
 
-play() {  # play <log> <rc file> <playbook> [args...]: run a play, keep its log and exit status, never abort
+# with_results <log> <command...>: the command with the pairserve_results callback on (lab/callback_plugins): every
+# task result as one JSON line in <log's name>.jsonl beside the log, started empty; what the suites assert on
+# (tests/support/lab_suite.py, results). Ad-hoc `ansible` loads callbacks only with ANSIBLE_LOAD_CALLBACK_PLUGINS.
+with_results() {
+  local jsonl=${1%.log}.jsonl
+  shift
+  rm -f "$jsonl"
+  PAIRSERVE_RESULTS_FILE=$jsonl ANSIBLE_CALLBACK_PLUGINS=$root/lab/callback_plugins \
+    ANSIBLE_CALLBACKS_ENABLED=pairserve_results ANSIBLE_LOAD_CALLBACK_PLUGINS=1 "$@"
+}
+
+play() {  # play <log> <rc file> <playbook> [args...]: run a play, keep its log, task results and exit status, never abort
   local log=$1 rcfile=$2 book=$3 rc=0
   shift 3
-  ansible-playbook -i inventory/lab/hosts.yml "$book" "$@" >"$log" 2>&1 || rc=$?
+  with_results "$log" ansible-playbook -i inventory/lab/hosts.yml "$book" "$@" >"$log" 2>&1 || rc=$?
   echo "$rc" >"$rcfile"
-  echo "  $(basename "$log" .log): rc=$rc, changed=$(recap_changed "$log") ($log)"
+  echo "  $(basename "$log" .log): rc=$rc, changed=$(recap_changed "$log") ($log, ${log%.log}.jsonl)"
 }
 
 set_pin() {  # set_pin <var> <value>: change one pin in the lab's generated inventory file, atomically
@@ -421,14 +432,14 @@ key = os.environ["PAIRSERVE_KEY"]
 json.dump({i["model_name"]: i["id"] for i in items("/v2/model-instances", key)}, open(sys.argv[1], "w"))' "$dir/instances-before.json"
   echo "=== lab patch restart: the tokenizer patch undone on both nodes (tokenizer_patch state=restored)"
   # shellcheck disable=SC2016  # Jinja, rendered by Ansible per node
-  ansible -i inventory/lab/hosts.yml gpu_nodes -m pairserve.llm.tokenizer_patch \
+  local unpatch_rc=0
+  with_results "$dir/unpatch.log" ansible -i inventory/lab/hosts.yml gpu_nodes -m pairserve.llm.tokenizer_patch \
     -a '{"path": "{{ (pairserve_checkpoint_cache_dir | pairserve.llm.checkpoint_paths(pairserve_checkpoint_repo, pairserve_checkpoint_revision)).snapshot_path }}", "state": "restored"}' \
-    >"$dir/unpatch.log" 2>&1
-  echo $? >"$dir/unpatch.rc"
+    >"$dir/unpatch.log" 2>&1 || unpatch_rc=$?
+  echo "$unpatch_rc" >"$dir/unpatch.rc"
   start_load "$dir"
   echo "=== lab patch restart: site.yml patches again and restarts the replicas, drained, under the request loop"
-  PAIRSERVE_RESULTS_FILE=$dir/converge.jsonl ANSIBLE_CALLBACK_PLUGINS=$root/lab/callback_plugins \
-    ANSIBLE_CALLBACKS_ENABLED=pairserve_results play "$dir/converge.log" "$dir/converge.rc" site.yml
+  play "$dir/converge.log" "$dir/converge.rc" site.yml
   stop_load "$dir"
   PAIRSERVE_KEY=$key python -c 'import json, os, sys
 from lab.api import items
@@ -715,7 +726,7 @@ check_converge() {  # check mode at -vvv into the log (the test suite looks for 
 
 fresh_check() {  # site.yml --check on nodes nothing was installed on yet: rc 0, and the changes a real run makes shown
   local log=$1 rc=0
-  ansible-playbook --check -i inventory/lab/hosts.yml site.yml >"$log" 2>&1 || rc=$?
+  with_results "$log" ansible-playbook --check -i inventory/lab/hosts.yml site.yml >"$log" 2>&1 || rc=$?
   sed -n '/^PLAY RECAP/,$p' "$log"
   if [ "$rc" -ne 0 ] || [ "$(recap_changed "$log")" -eq 0 ]; then
     echo "lab: check mode on fresh nodes: rc=$rc, changed=$(recap_changed "$log") (expected rc 0 and changes); see $log" >&2
