@@ -15,7 +15,8 @@ import json
 import pytest
 
 from lab.api import ROUTE, STATE, WEIGHTS
-from support.lab_suite import load_summary, rc, recap
+from support.lab_suite import load_summary, rc, results
+from support.recap import items, module_args
 
 DIR = STATE / "bench_arms"
 NODE_B, NODE_A = f"{ROUTE}-node-b", f"{ROUTE}-node-a"
@@ -28,6 +29,22 @@ def _snap(name):
     return json.loads((DIR / name).read_text())
 
 
+def drains(run):
+    """(host, route, drained models) for every route weight change that drained (gpustack_route with drain), in
+    the order the play ran them; skipped items carry no arguments."""
+    return [(r["_host"], module_args(i)["name"], module_args(i)["drain"])
+            for r in run.where(action="pairserve.llm.gpustack_route", status="ok")
+            for i in items(r) if module_args(i).get("drain") and i.get("changed")]
+
+
+def said(run, task_file):
+    """What the bench role's messages of `task_file` said (debug results that ran, whitespace folded)."""
+    msgs = [" ".join(str(r.get("msg", "")).split()) for r in
+            run.where(action="ansible.builtin.debug", role="bench", task_file=task_file, status="ok")]
+    assert msgs, f"{run.source}: no message of the bench role's {task_file}"
+    return " | ".join(msgs)
+
+
 @pytest.fixture(scope="module")
 def report():
     runs = sorted((DIR / "reports").glob("*-arms-report/results.json"))
@@ -36,13 +53,15 @@ def report():
 
 
 def test_check_mode_says_what_it_would_boot_and_changes_nothing():
-    log = (DIR / "check.log").read_text()
-    assert rc(DIR / "check.rc") == 0, log[-3000:]
-    # The YAML callback wraps long messages: compare with the whitespace folded.
-    words = " ".join(log.split())
-    assert "Check mode: nothing is drained or booted." in words, log[-3000:]
-    assert 'seqs-2 (boot on node-b with {"max_num_seqs": 2})' in words, log[-3000:]
-    assert "TASK [Drain this node from its routes]" not in log
+    run = results(DIR / "check.log")
+    assert rc(DIR / "check.rc") == 0, run.recap()
+    # The message is the feature here: check mode tells the user what a run would boot.
+    words = said(run, "tasks/node_prepare.yml")
+    assert "Check mode: nothing is drained or booted." in words, words
+    words = said(run, "tasks/report.yml")
+    assert 'seqs-2 (boot on node-b with {"max_num_seqs": 2})' in words, words
+    assert drains(run) == [], "check mode drained a node"
+    assert not any(r.get("changed") for r in run.where(action="pairserve.llm.gpustack_route")), "check mode would change a route"
     before, after = _snap("before.json"), _snap("after-check.json")
     for name in (NODE_A, NODE_B):
         assert {k: after["models"][name].get(k) for k in SPEC} == {k: before["models"][name].get(k) for k in SPEC}
@@ -51,10 +70,11 @@ def test_check_mode_says_what_it_would_boot_and_changes_nothing():
 
 
 def test_the_run_succeeded_and_drained_node_b_only():
-    log = (DIR / "bench.log").read_text()
-    assert rc(DIR / "bench.rc") == 0, log[-4000:]
-    assert "TASK [Drain this node from its routes]" in log
-    assert recap(DIR / "bench.log")["node-b"]["failed"] == 0
+    run = results(DIR / "bench.log")
+    assert rc(DIR / "bench.rc") == 0, run.recap()
+    drained = drains(run)
+    assert [(host, models) for host, _, models in drained] == [("node-b", [NODE_B])], drained
+    assert run.recap()["node-b"]["failed"] == 0, run.where(status="failed")
 
 
 def test_baseline_and_arm_were_measured_and_compared(report):

@@ -13,13 +13,13 @@ afterwards: node-b's cards became 2x RTX 4090 (24 GiB) and `rebuild_node.yml --l
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import testinfra
 
 from lab.api import REPO, ROUTE, STATE, WEIGHTS, items, read_keys, route_weights
-from support.lab_suite import load_summary, rc, recap, skip_unless_all_steps
+from support.lab_suite import load_summary, rc, results, skip_unless_all_steps
+from support.recap import items, module_args
 
 DIR = STATE / "hardware_swap"
 NEW = json.loads((REPO / "tests" / "fixtures" / "nvml" / "node-b-2x4090.json").read_text())["devices"]
@@ -30,13 +30,29 @@ def keys():
     return read_keys()
 
 
+def rebuild_decision(run, host="node-b"):
+    """The rebuild's decision (the fact pairserve_rebuild, from the filter rebuild_compare): the last one set."""
+    decisions = run.facts(host, "pairserve_rebuild")
+    assert decisions, f"{run.source}: no pairserve_rebuild fact for {host}: the rebuild never compared the cards"
+    return decisions[-1]
+
+
 def test_the_rebuild_found_the_new_cards_and_succeeded():
-    log = (DIR / "rebuild-1.log").read_text()
-    assert rc(DIR / "rebuild-1.rc") == 0, log[-4000:]
-    assert "cards changed since the replicas were registered" in log, log[-4000:]
-    assert "restarting it" in log, "the worker was not restarted to see the new cards"
-    assert set(recap(DIR / "rebuild-1.log")) == {"node-b"}, "the rebuild ran on another host than node-b"
-    assert re.search(r"1 other replica\(s\) untouched \(" + ROUTE + r"-node-a\)", log), log[-3000:]
+    run = results(DIR / "rebuild-1.log")
+    assert rc(DIR / "rebuild-1.rc") == 0, run.recap()
+    assert run.hosts() == {"node-b"}, "the rebuild ran on another host than node-b"
+    decision = rebuild_decision(run)
+    assert decision["cards_changed"] is True and decision["work"] is True, decision
+    assert [g[1] for g in decision["detected_gpus"]] == [d["Name"] for d in NEW], decision["detected_gpus"]
+    # The worker was restarted to see the new cards (the maintenance role's handler, systemd on the lab's nodes).
+    restarts = [module_args(r) for r in run.where(host="node-b", action="ansible.builtin.systemd_service",
+                                                   role="maintenance", changed=True)]
+    assert [(a.get("name"), a.get("state")) for a in restarts] == [("gpustack-worker", "restarted")], restarts
+    # The other node's replica was not touched: the role's own before/after views of the other replicas.
+    before = run.facts("node-b", "pairserve_maintenance_view")[0]["others"]
+    after = run.facts("node-b", "pairserve_rebuild_after")
+    assert set(before) == {f"{ROUTE}-node-a"}, before
+    assert after and after[-1]["others"] == before, (before, after)
 
 
 def test_gpustack_shows_the_new_cards_on_node_b(keys):
@@ -74,10 +90,11 @@ def test_node_a_untouched_and_route_intact(keys):
 
 
 def test_a_second_rebuild_changes_nothing():
-    log = (DIR / "rebuild-2.log").read_text()
-    assert rc(DIR / "rebuild-2.rc") == 0, log[-4000:]
-    assert recap(DIR / "rebuild-2.log")["node-b"]["changed"] == 0, log[-4000:]
-    assert "Nothing to do." in log
+    run = results(DIR / "rebuild-2.log")
+    assert rc(DIR / "rebuild-2.rc") == 0, run.recap()
+    assert run.recap()["node-b"]["changed"] == 0, run.where(changed=True)
+    assert rebuild_decision(run)["work"] is False, rebuild_decision(run)
+    assert not run.where(action="ansible.builtin.systemd_service"), "the worker was restarted again"
 
 
 @pytest.mark.parametrize("phase", ["", "reinstall"])
@@ -93,13 +110,19 @@ def test_no_request_failed_during_the_rebuilds(phase):
 
 def test_a_reinstalled_node_rejoins_without_a_ghost_worker(keys):
     skip_unless_all_steps(DIR, "the rebuild of a reinstalled node")
-    log = (DIR / "reinstall.log").read_text()
-    assert rc(DIR / "reinstall.rc") == 0, log[-4000:]
-    assert "1 stale worker record(s) to remove" in log, log[-4000:]
+    run = results(DIR / "reinstall.log")
+    assert rc(DIR / "reinstall.rc") == 0, run.recap()
     before = json.loads((DIR / "before.json").read_text())
+    old_worker = before["instances"][f"{ROUTE}-node-b"]["worker_id"]
+    stale = rebuild_decision(run)["stale_workers"]
+    assert [w["id"] for w in stale] == [old_worker], stale
+    # ... and the rebuild removed that record (the role's DELETE of /v2/workers/<id>, changed).
+    removed = [module_args(i).get("url", "") for r in run.where(host="node-b", action="ansible.builtin.uri",
+                                                                 role="maintenance", changed=True)
+               for i in items(r) if module_args(i).get("method") == "DELETE"]
+    assert [u.rsplit("/v2/workers/", 1)[-1] for u in removed if "/v2/workers/" in u] == [str(old_worker)], removed
     workers = [w for w in items("/v2/workers", keys["management"]) if w["name"] == "node-b"]
     assert len(workers) == 1 and workers[0]["state"] == "ready", workers
-    old_worker = before["instances"][f"{ROUTE}-node-b"]["worker_id"]
     assert workers[0]["id"] != old_worker, "the worker record was not replaced"
     instances = [i for i in items("/v2/model-instances", keys["management"]) if i["model_name"] == f"{ROUTE}-node-b"]
     assert [(i["worker_id"], i["state"]) for i in instances] == [(workers[0]["id"], "running")], instances
