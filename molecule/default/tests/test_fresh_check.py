@@ -1,39 +1,50 @@
 """`site.yml --check` on fresh nodes (nothing installed yet) passes and shows the changes a real run makes.
 
 scripts/lab.sh runs it before the first converge and names its log in PAIRSERVE_FRESH_CHECK_LOG (the lab is converged
-when these tests run, so the test reads that log rather than running it again). Check mode builds only the node
-venv the read-only checks run in (pairserve_node_venv_in_check_mode), checks the hosts, GPUs, checkpoint hub and
-runner image for real, and says what it cannot check before the GPUStack server first runs.
+when these tests run, so the test reads that run's task results rather than running it again: the pairserve_results
+callback's JSON lines, converge-fresh-check.jsonl beside the log). Check mode builds only the node venv the read-only
+checks run in (pairserve_node_venv_in_check_mode), checks the hosts, GPUs, checkpoint hub and runner image for real,
+and says what it cannot check before the GPUStack server first runs.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
 
 from lab.api import STATE
+from support.lab_suite import results
+
+NODES = {"node-a", "node-b"}
 
 
 @pytest.fixture(scope="module")
-def log():
-    path = Path(os.environ.get("PAIRSERVE_FRESH_CHECK_LOG", STATE / "converge-fresh-check.log"))
-    assert path.exists(), f"{path} is missing: scripts/lab.sh test writes it before the first converge"
-    return path.read_text(encoding="utf-8", errors="replace")
+def run():
+    return results(Path(os.environ.get("PAIRSERVE_FRESH_CHECK_LOG", STATE / "converge-fresh-check.log")))
 
 
-def test_check_mode_on_fresh_nodes_fails_nothing_and_shows_changes(log):
-    recap = {host: (int(changed), int(failed)) for host, changed, failed in
-             re.findall(r"^(node-[ab])\s*:.*?changed=(\d+).*?failed=(\d+)", log, re.M)}
-    assert set(recap) == {"node-a", "node-b"}, recap
-    assert all(failed == 0 and changed > 0 for changed, failed in recap.values()), recap
+def test_check_mode_on_fresh_nodes_fails_nothing_and_shows_changes(run):
+    recap = {host: (counts["changed"], counts["failed"]) for host, counts in run.recap().items()}
+    assert set(recap) == NODES, recap
+    assert all(failed == 0 and changed > 0 for changed, failed in recap.values()), (recap, run.where(status="failed"))
 
 
-def test_the_node_checks_ran_and_what_needs_the_server_is_named(log):
-    # The read-only checks that need the node venv ran: the GPU pairs of the recorded hosts, the checkpoint's hub.
-    section = log.split("TASK [Find the GPU pairs]", 1)[1].split("TASK [", 1)[0]
-    assert "ok: [node-a]" in section and "ok: [node-b]" in section, section
-    assert "TASK [pairserve.llm.checkpoint : " in log and "TASK [pairserve.llm.runner_image : " in log
-    assert "Check mode: the GPUStack server on node-a does not run yet" in log
+def test_the_node_checks_ran_and_what_needs_the_server_is_named(run):
+    # The read-only checks that need the node venv ran: the GPU pairs of the recorded hosts, the checkpoint's hub,
+    # the runner image.
+    pairs = run.where(action="pairserve.llm.gpu_pairs", status="ok")
+    assert {r["_host"] for r in pairs} == NODES, [(r["_host"], r["_status"]) for r in run.where(action="gpu_pairs")]
+    found = [((r.get("ansible_facts") or {}).get("pairserve_gpu") or {}).get("pairs") for r in pairs]
+    assert all(found), found
+    for role in ("pairserve.llm.checkpoint", "pairserve.llm.runner_image"):
+        ran = {r["_host"] for r in run.where(role=role, status="ok")}
+        assert ran, f"no task of {role} ran in check mode"
+    # The server does not run yet: the role knows it, and says what check mode therefore cannot check.
+    assert run.facts("node-a", "pairserve_gpustack_server_answers") in ([False], ["False"]), \
+        run.facts("node-a", "pairserve_gpustack_server_answers")
+    said = [" ".join(str(r["msg"]).split()) for r in run.where(host="node-a", role="gpustack_server",
+                                                                task_file="tasks/bootstrap.yml",
+                                                                action="ansible.builtin.debug", status="ok")]
+    assert any(m.startswith("Check mode: the GPUStack server on node-a does not run yet") for m in said), said
