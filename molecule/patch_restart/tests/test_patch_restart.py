@@ -13,7 +13,7 @@ import pytest
 import testinfra
 
 from lab.api import NODE_A, STATE
-from support.lab_suite import load_summary, rc, recap
+from support.lab_suite import load_summary, rc, results
 
 DIR = STATE / "patch_restart"
 NODES = ("node-a", "node-b")
@@ -22,8 +22,9 @@ CONTAINERS = {"node-a": NODE_A, "node-b": NODE_A.replace("node-a", "node-b")}
 
 @pytest.fixture(scope="module")
 def records():
-    assert rc(DIR / "converge.rc") == 0, (DIR / "converge.log").read_text()[-4000:]
-    return [json.loads(line) for line in (DIR / "converge.jsonl").read_text().splitlines()]
+    run = results(DIR / "converge.log")
+    assert rc(DIR / "converge.rc") == 0, (run.recap(), run.where(status="failed"))
+    return run.records
 
 
 def module_records(records, module):
@@ -43,9 +44,11 @@ def checkpoint_fact(records, host):
 
 
 def test_the_patch_was_undone_on_both_nodes_first():
-    assert rc(DIR / "unpatch.rc") == 0, (DIR / "unpatch.log").read_text()[-3000:]
-    for node in NODES:
-        assert f"{node} | CHANGED" in (DIR / "unpatch.log").read_text(), "the patch was not undone: the test is vacuous"
+    # The ad-hoc `ansible -m pairserve.llm.tokenizer_patch` run's results (unpatch.jsonl).
+    run = results(DIR / "unpatch.log")
+    assert rc(DIR / "unpatch.rc") == 0, run.records
+    restored = {r["_host"] for r in run.where(action="pairserve.llm.tokenizer_patch", status="ok", changed=True)}
+    assert restored == set(NODES), f"the patch was not undone on {set(NODES) - restored}: the test is vacuous"
 
 
 def test_site_patched_each_node_again_and_marked_its_replicas_for_a_restart(records):
@@ -101,6 +104,7 @@ def test_the_marks_are_gone_and_the_tokenizer_is_patched_again(records):
 
 
 def test_a_second_run_restarts_nothing():
-    assert rc(DIR / "rerun.rc") == 0, (DIR / "rerun.log").read_text()[-3000:]
-    changed = {host: counts["changed"] for host, counts in recap(DIR / "rerun.log").items()}
-    assert changed and not any(changed.values()), changed
+    run = results(DIR / "rerun.log")
+    assert rc(DIR / "rerun.rc") == 0, run.where(status="failed")
+    changed = {host: counts["changed"] for host, counts in run.recap().items()}
+    assert set(NODES) <= set(changed) and not any(changed.values()), run.where(changed=True)
