@@ -28,7 +28,8 @@ import yaml
 
 from lab import pins
 from lab.api import API, REPO, ROUTE, STATE, WEIGHTS, call, items, read_keys, route_weights
-from support.lab_suite import load_summary, rc, recap, skip_unless_all_steps
+from support.lab_suite import load_summary, rc, results, skip_unless_all_steps
+from support.recap import items, module_args
 
 DIR = STATE / "upgrade"
 HUB = json.loads((STATE / "hub.json").read_text()) if (STATE / "hub.json").exists() else {}
@@ -58,6 +59,22 @@ def ran(step: str, what: str) -> None:
     if not (DIR / f"{step}.rc").exists():
         pytest.fail(f"{what}: the step did not run (no {DIR / step}.rc; see the previous-pins check and "
                     f"{DIR / 'previous.log'})", pytrace=False)
+
+
+def weight_changes(run) -> list[tuple[str, str]]:
+    """(host, drain|restore) for every route weight change of the maintenance role (tasks/weights.yml: gpustack_route
+    with drain, or with the planned targets), in the order the play made them."""
+    return [(r["_host"], "drain" if module_args(i).get("drain") else "restore")
+            for r in run.where(action="pairserve.llm.gpustack_route", role="maintenance",
+                               task_file="maintenance/tasks/weights.yml", status="ok")
+            for i in items(r) if module_args(i)]
+
+
+def failure(run, host: str) -> str:
+    """The message the play stopped with on `host` (its one failed, not ignored, result), whitespace folded."""
+    failed = [r for r in run.where(host=host, status="failed") if not r.get("_ignored")]
+    assert failed, f"{run.source}: no failed result on {host}"
+    return " ".join(str(failed[-1].get("msg", "")).split())
 
 
 def flat(log: str) -> str:
@@ -97,36 +114,39 @@ def test_the_previous_pins_rolled_out_one_node_at_a_time():
         assert re.search(rf"{host}: replica\(s\) {ROUTE}-{host} change \([^)]*backend_version", log), \
             f"{host}'s replica did not move to {PREV['pairserve_runner_image']}"
     assert "worker GPUStack" not in log, "the previous pins moved a worker"
-    assert all(r["failed"] == 0 for r in recap(DIR / "previous.log").values())
+    run = results(DIR / "previous.log")
+    assert all(r["failed"] == 0 for r in run.recap().values()), run.where(status="failed")
 
 
 def test_the_bad_pin_is_refused_before_anything_changes():
-    log = (DIR / "bad-pin.log").read_text()
+    run = results(DIR / "bad-pin.log")
     assert rc(DIR / "bad-pin.rc") != 0, "upgrade.yml accepted a vLLM pin that has no runner image"
-    assert "fatal: [node-a]: FAILED!" in log, log[-3000:]
-    before, failure = log.split("fatal: [node-a]: FAILED!", 1)
-    failure = failure.split("PLAY RECAP", 1)[0]
-    assert "Upgrade of node-a failed at" in failure and "runner image" in failure, failure
-    assert "localhost/pairserve-vllm-cpu:0.99.0" in failure, failure
-    assert "no replica had changed yet" in failure and "route weights untouched" in failure, failure
+    # The message is the feature: it names the step, the pin and the state the node is left in.
+    said = failure(run, "node-a")
+    assert "Upgrade of node-a failed at" in said and "runner image" in said, said
+    assert "localhost/pairserve-vllm-cpu:0.99.0" in said, said
+    assert "no replica had changed yet" in said and "route weights untouched" in said, said
     # The refusal came before the drain: no weight was touched and node-b never started.
-    assert "TASK [Drain this node from its routes]" not in before
-    assert "node-b" not in recap(DIR / "bad-pin.log"), "the play went on to node-b after node-a failed"
-    assert recap(DIR / "bad-pin.log")["node-a"]["changed"] == 0
+    assert weight_changes(run) == [], weight_changes(run)
+    assert "node-b" not in run.hosts(), "the play went on to node-b after node-a failed"
+    assert run.recap()["node-a"]["changed"] == 0, run.where(changed=True)
 
 
 def test_a_replica_that_fails_verification_is_rolled_back():
     skip_unless_all_steps(DIR, "the rollback of a runner image that cannot serve")
-    log = (DIR / "broken-image.log").read_text()
+    run = results(DIR / "broken-image.log")
     assert rc(DIR / "broken-image.rc") != 0, "upgrade.yml accepted a runner image that cannot serve"
-    before, failure = log.split("fatal: [node-a]: FAILED!", 1)
-    failure = failure.split("PLAY RECAP", 1)[0]
-    # It got as far as the drain and the rollout, and failed in verification.
-    assert "TASK [Drain this node from its routes]" in before
-    assert "Upgrade of node-a failed at" in failure, failure
-    assert "Rolled back: qwen-node-a" in failure and "route weights restored" in failure, failure
-    assert "node-b" not in recap(DIR / "broken-image.log"), "the play went on to node-b after node-a failed"
-    assert "TASK [Put this node's previous replica registrations back]" in log
+    # It got as far as the drain and the rollout, failed in verification, and put the weights back.
+    assert weight_changes(run) == [("node-a", "drain"), ("node-a", "restore")], weight_changes(run)
+    said = failure(run, "node-a")
+    assert "Upgrade of node-a failed at" in said, said
+    assert f"Rolled back: {ROUTE}-node-a" in said and "route weights restored" in said, said
+    assert "node-b" not in run.hosts(), "the play went on to node-b after node-a failed"
+    # The previous registration went back (the maintenance role's rollback, gpustack_model per replica).
+    rolled_back = [module_args(i).get("name") for r in run.where(host="node-a", action="pairserve.llm.gpustack_model",
+                                                                  task_file="maintenance/tasks/rollback.yml", status="ok")
+                   for i in items(r) if module_args(i)]
+    assert rolled_back == [f"{ROUTE}-node-a"], rolled_back
 
 
 def test_the_new_pins_rolled_out_one_node_at_a_time(keys):
@@ -140,14 +160,10 @@ def test_the_new_pins_rolled_out_one_node_at_a_time(keys):
         assert models[f"{ROUTE}-{host}"]["backend_version"] == runner_version(NEXT)
         assert models[f"{ROUTE}-{host}"]["local_path"].endswith("/" + HUB["next_revision"]), \
             models[f"{ROUTE}-{host}"]["local_path"]
-    # One node at a time: node-a drained, verified and restored before node-b was drained.
-    drains = [m.start() for m in re.finditer(r"TASK \[Drain this node from its routes\]", log)]
-    hosts = re.findall(r"TASK \[Drain this node from its routes\] \**\nincluded: \S+ for (node-[ab])", log)
-    assert len(drains) == 2, f"expected one drain per node, found {len(drains)}"
-    assert hosts[:2] == ["node-a", "node-b"], hosts
-    restores = [m.start() for m in re.finditer(r"TASK \[Give this node its route weights back\]", log)]
-    assert len(restores) == 2 and drains[0] < restores[0] < drains[1] < restores[1], (drains, restores)
-    assert recap(DIR / "upgrade-1.log")["node-a"]["failed"] == 0
+    # One node at a time: node-a drained and restored before node-b was drained.
+    run = results(DIR / "upgrade-1.log")
+    assert weight_changes(run) == [(h, what) for h in HOSTS for what in ("drain", "restore")], weight_changes(run)
+    assert all(c["failed"] == 0 for c in run.recap().values()), run.where(status="failed")
     # The server first, and each node's worker in its own turn.
     log = flat(log)
     assert f"GPUStack server {PREV['pairserve_gpustack_version']} -> {NEXT['pairserve_gpustack_version']}, ready." in log
@@ -263,11 +279,11 @@ def test_every_replica_runs_the_new_snapshot_with_its_weight_back(keys):
 
 def test_a_second_run_changes_nothing():
     ran("upgrade-2", "the second run")
-    log = (DIR / "upgrade-2.log").read_text()
-    assert rc(DIR / "upgrade-2.rc") == 0, log[-4000:]
-    assert {h: r["changed"] for h, r in recap(DIR / "upgrade-2.log").items()} == \
-        {h: 0 for h in recap(DIR / "upgrade-2.log")}, log[-4000:]
-    assert "Nothing to do." in log
+    run = results(DIR / "upgrade-2.log")
+    assert rc(DIR / "upgrade-2.rc") == 0, run.where(status="failed")
+    changed = {h: r["changed"] for h, r in run.recap().items()}
+    assert set(HOSTS) <= set(changed) and not any(changed.values()), run.where(changed=True)
+    assert weight_changes(run) == [], "the second run drained a node"
 
 
 def test_no_request_failed_while_the_upgrade_ran():
