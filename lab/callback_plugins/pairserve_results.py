@@ -11,8 +11,8 @@ short_description: Write raw task results as JSON lines (pairserve test suite on
 description:
   - Appends one JSON object per task result (handlers included) to the file named by E(PAIRSERVE_RESULTS_FILE), with
     the host (C(_host)), the task's name (C(_task)), its module as written in the task (C(_action)), the outcome
-    (C(_status), one of ok, failed, skipped or unreachable; C(_ignored) true for a failure the task ignores), the role the
-    task belongs to (C(_role), its FQCN where it has one; null outside a role) and the task's file and line
+    (C(_status), one of ok, failed, skipped or unreachable; C(_ignored) true for a failure the task ignores), the role
+    the task belongs to (C(_role), its FQCN where it has one; null outside a role) and the task's file and line
     (C(_task_path)).
   - The result is the copy Ansible hands every callback, so what no_log hides is censored here as on screen;
     C(invocation.module_args) is the module's own, with its no_log parameters masked by the module.

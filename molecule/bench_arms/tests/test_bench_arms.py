@@ -61,7 +61,8 @@ def test_check_mode_says_what_it_would_boot_and_changes_nothing():
     words = said(run, "tasks/report.yml")
     assert 'seqs-2 (boot on node-b with {"max_num_seqs": 2})' in words, words
     assert drains(run) == [], "check mode drained a node"
-    assert not any(r.get("changed") for r in run.where(action="pairserve.llm.gpustack_route")), "check mode would change a route"
+    routes = run.where(action="pairserve.llm.gpustack_route")
+    assert not any(r.get("changed") for r in routes), "check mode would change a route"
     before, after = _snap("before.json"), _snap("after-check.json")
     for name in (NODE_A, NODE_B):
         assert {k: after["models"][name].get(k) for k in SPEC} == {k: before["models"][name].get(k) for k in SPEC}

@@ -143,9 +143,9 @@ def test_a_replica_that_fails_verification_is_rolled_back():
     assert f"Rolled back: {ROUTE}-node-a" in said and "route weights restored" in said, said
     assert "node-b" not in run.hosts(), "the play went on to node-b after node-a failed"
     # The previous registration went back (the maintenance role's rollback, gpustack_model per replica).
-    rolled_back = [module_args(i).get("name") for r in run.where(host="node-a", action="pairserve.llm.gpustack_model",
-                                                                  task_file="maintenance/tasks/rollback.yml", status="ok")
-                   for i in items(r) if module_args(i)]
+    rollback = run.where(host="node-a", action="pairserve.llm.gpustack_model",
+                         task_file="maintenance/tasks/rollback.yml", status="ok")
+    rolled_back = [module_args(i).get("name") for r in rollback for i in items(r) if module_args(i)]
     assert rolled_back == [f"{ROUTE}-node-a"], rolled_back
 
 

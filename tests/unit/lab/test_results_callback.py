@@ -118,7 +118,8 @@ def test_where_matches_actions_and_roles_short_or_qualified():
     assert found.where(action="ansible.builtin.systemd_service", host="node-a") == []
     assert found.where(action="other.collection.gpustack_route") == []
     assert [r["_task"] for r in found.where(role="maintenance")] == ["Drain", "Restart"]
-    assert [r["_task"] for r in found.where(role="pairserve.llm.maintenance", task_file="tasks/weights.yml")] == ["Drain"]
+    weights = found.where(role="pairserve.llm.maintenance", task_file="tasks/weights.yml")
+    assert [r["_task"] for r in weights] == ["Drain"]
     assert found.where(task_file="s/weights.yml") == []
     assert [r["_task"] for r in found.where(status="failed")] == ["Broken"]
     assert [r["_task"] for r in found.where(changed=True, host="node-b")] == ["Restart"]
