@@ -323,7 +323,7 @@ def test_the_verify_roles_record_is_what_the_play_shows(tmp_path, fake):
             "vars": {"pairserve_verify_record_result": "passed", "pairserve_verify_started_at": "2026-12-03T10:00:00Z",
                      "pairserve_verify_routes": [{"name": "qwen", "models": ["qwen-node-a", "qwen-node-b"],
                                                   "max_model_len": 4096}],
-                     "pairserve_verify_results": {"results": [{"item": {"name": "qwen"},
+                     "_pairserve_verify_results": {"results": [{"item": {"name": "qwen"},
                                                                "checks": [{"check": "text"}, {"check": "context"}]}]}}}]
     }]))
     wrote = run_playbook(book, inventory=hosts)

@@ -290,7 +290,7 @@ def test_the_gpu_conflict_check_runs_after_detection_and_before_any_change():
     check = _index(rebuild, _includes("preflight:gpu_conflicts"), "the maintenance role's rebuild")
     assert _index(rebuild, _includes("detect.yml"), "detect") < check
     assert _index(rebuild, _includes("view.yml"), "view", first=True) < check
-    assert rebuild[check]["vars"]["pairserve_gpu_conflicts_gpustack"] == "{{ pairserve_maintenance_info }}"
+    assert rebuild[check]["vars"]["pairserve_gpu_conflicts_gpustack"] == "{{ _pairserve_maintenance_info }}"
     first_change = _index(rebuild, lambda t: "block" in t, "the rebuild block")
     assert check < _index(rebuild, lambda t: t["name"].startswith("Render and check the replica"), "render") \
         < first_change

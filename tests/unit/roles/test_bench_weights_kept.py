@@ -67,8 +67,8 @@ def _keep(tmp_path: Path, weights_file: str, check: bool = False):
     book = tmp_path / "keep.yml"
     book.write_text(KEEP_PLAY)
     return inv, run_playbook(book, inventory=inv / "hosts.yml", check=check, diff=True, timeout=300,
-                             extra_vars={"pairserve_bench_baseline": {"weights": MEASURED}, "pairserve_bench_apply_weights": True,
-                                         "pairserve_bench_applied": {"changed": True}})
+                             extra_vars={"_pairserve_bench_baseline": {"weights": MEASURED}, "pairserve_bench_apply_weights": True,
+                                         "_pairserve_bench_applied": {"changed": True}})
 
 
 def test_the_weights_file_gets_the_per_host_sums_and_the_route_keeps_the_measured_weights(tmp_path):
@@ -95,7 +95,7 @@ def test_a_second_run_with_the_same_weights_changes_nothing(tmp_path):
     assert first.rc == 0 and first.by_task["Write the measured weights into the inventory"]["action"] == "created"
     book = tmp_path / "keep.yml"
     again = run_playbook(book, inventory=inv / "hosts.yml", timeout=300,
-                         extra_vars={"pairserve_bench_baseline": {"weights": MEASURED}, "pairserve_bench_apply_weights": False})
+                         extra_vars={"_pairserve_bench_baseline": {"weights": MEASURED}, "pairserve_bench_apply_weights": False})
     assert again.rc == 0, again.stdout[-3000:]
     assert again.by_task["Write the measured weights into the inventory"]["changed"] is False
     said = " ".join(again.by_task["Say whether the weights outlive the next site.yml"]["msg"])
@@ -115,7 +115,7 @@ def test_weights_that_are_not_per_host_are_refused_before_anything_is_written(tm
     book = tmp_path / "keep.yml"
     book.write_text(KEEP_PLAY)
     res = run_playbook(book, inventory=inv / "hosts.yml", timeout=300,
-                       extra_vars={"pairserve_bench_baseline": {"weights": {"fast": 60, "slow": 40}}})
+                       extra_vars={"_pairserve_bench_baseline": {"weights": {"fast": 60, "slow": 40}}})
     assert res.rc != 0
     assert "node-a: pairserve_bench_weights_file: the measured weights" in res.stdout
     assert "replica(s) fast, slow are not named qwen-<host>[-p<N>]" in res.stdout
@@ -146,9 +146,9 @@ def test_without_a_file_the_play_and_the_report_say_the_weights_are_temporary(tm
         pairserve_bench_checked_arms: []
 """)
     res = run_playbook(book, inventory=inv / "hosts.yml", timeout=300, extra_vars={
-        "pairserve_bench_baseline": {"weights": MEASURED, "json_path": str(run_dir / "results.json"),
+        "_pairserve_bench_baseline": {"weights": MEASURED, "json_path": str(run_dir / "results.json"),
                                      "run_dir": str(run_dir)},
-        "pairserve_bench_apply_weights": True, "pairserve_bench_applied": {"changed": True},
+        "pairserve_bench_apply_weights": True, "_pairserve_bench_applied": {"changed": True},
         "pairserve_bench_report_dir": str(tmp_path)})
     assert res.rc == 0, res.stdout[-3000:]
     report = tmp_path / "20261205T100000-lab-report"

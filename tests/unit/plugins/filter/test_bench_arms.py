@@ -184,7 +184,7 @@ def _report_play(tmp_path, fail_on_failure):
     book.write_text(PLAY)
     extra = {"arms": [{k: v for k, v in a.items() if k != "kind"} for a in ARMS[:2]],
              "pairserve_bench_endpoint_outcomes": _outcomes(),
-             "pairserve_bench_baseline": {"json_path": str(run_dir / "results.json"), "run_dir": str(run_dir)},
+             "_pairserve_bench_baseline": {"json_path": str(run_dir / "results.json"), "run_dir": str(run_dir)},
              "pairserve_bench_report_dir": str(tmp_path), "pairserve_bench_fail_on_arm_failure": fail_on_failure}
     return run_playbook(book, extra_vars=extra, timeout=300)
 

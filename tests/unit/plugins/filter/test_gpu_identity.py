@@ -215,7 +215,7 @@ PLAY = """
         name: pairserve.llm.gpustack_worker
         tasks_from: identity
       vars:
-        pairserve_gpustack_worker_info: {workers: [%(good)s]}
+        _pairserve_gpustack_worker_info: {workers: [%(good)s]}
     - name: The worker reports them swapped
       block:
         - name: Swapped
@@ -223,7 +223,7 @@ PLAY = """
             name: pairserve.llm.gpustack_worker
             tasks_from: identity
           vars:
-            pairserve_gpustack_worker_info: {workers: [%(swapped)s]}
+            _pairserve_gpustack_worker_info: {workers: [%(swapped)s]}
       rescue:
         - name: Report the failure
           ansible.builtin.debug:
