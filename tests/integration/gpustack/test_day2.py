@@ -510,7 +510,7 @@ def test_rebuild_after_a_card_swap_moves_only_that_replica(day2):
 
 
 def test_rebuild_refuses_a_pair_that_no_longer_fits_before_touching_anything(day2):
-    """Issue #8: "a pair that no longer fits fails with the reason before anything is torn down"."""
+    """A pair that no longer fits fails with the reason before anything is torn down."""
     server = day2["server"]
     # Start: both replicas registered and recorded, node-b on the 3090s, route 58/42.
     replicas_serving(day2, CARDS_3090S)
