@@ -21,7 +21,6 @@ import argparse
 import collections
 import dataclasses
 import heapq
-import importlib.util
 import math
 import os
 import random

@@ -23,6 +23,8 @@
 
 from __future__ import annotations
 
+import math
+
 DEFAULT_HOST_WEIGHT = 50
 SPLIT_WEIGHT = 100
 DRAIN_FALLBACK_CODES = ["5xx"]
@@ -61,7 +63,7 @@ def bounded_weights(shares, names, min_weight=0, max_weight=100, total=100):
     if not live:
         raise ValueError("no warm target to route to: at least one replica must take requests")
     values = dict((n, float(shares[n])) for n in live)
-    if any(v < 0 or v != v for v in values.values()):
+    if any(v < 0 or math.isnan(v) for v in values.values()):
         raise ValueError("negative or NaN weight share in %r" % (shares,))
     lo, hi = max(0.0, float(min_weight)), min(float(total), float(max_weight))
     if lo * len(live) > total or hi * len(live) < total or lo > hi:
@@ -152,8 +154,8 @@ def static_weights_by_replica(replicas, weights, model_name, hosts):
         host = replica.get("host") or replica_host(replica["name"], model_name, hosts)
         if not host:
             raise ValueError("replica %s: no inventory host is named by it (%s-<host> for a host of %s); give its "
-                             "host, e.g. {name: %s, host: node-b}" % (replica["name"], model_name,
-                                                                       ", ".join(hosts) or "no host", replica["name"]))
+                             "host, e.g. {name: %s, host: node-b}"
+                             % (replica["name"], model_name, ", ".join(hosts) or "no host", replica["name"]))
         by_host.setdefault(host, []).append(replica["name"])
     out = {}
     for host, names in by_host.items():

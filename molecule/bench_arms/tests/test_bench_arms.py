@@ -74,7 +74,7 @@ def test_the_run_succeeded_and_drained_node_b_only():
     run = results(DIR / "bench.log")
     assert rc(DIR / "bench.rc") == 0, run.recap()
     drained = drains(run)
-    assert [(host, models) for host, _, models in drained] == [("node-b", [NODE_B])], drained
+    assert [(host, models) for host, _route, models in drained] == [("node-b", [NODE_B])], drained
     assert run.recap()["node-b"]["failed"] == 0, run.where(status="failed")
 
 

@@ -44,7 +44,7 @@ def test_the_node_checks_ran_and_what_needs_the_server_is_named(run):
     # The server does not run yet: the role knows it, and says what check mode therefore cannot check.
     assert run.facts("node-a", "pairserve_gpustack_server_answers") in ([False], ["False"]), \
         run.facts("node-a", "pairserve_gpustack_server_answers")
-    said = [" ".join(str(r["msg"]).split()) for r in run.where(host="node-a", role="gpustack_server",
-                                                                task_file="tasks/bootstrap.yml",
-                                                                action="ansible.builtin.debug", status="ok")]
+    said = [" ".join(str(r["msg"]).split())
+            for r in run.where(host="node-a", role="gpustack_server", task_file="tasks/bootstrap.yml",
+                               action="ansible.builtin.debug", status="ok")]
     assert any(m.startswith("Check mode: the GPUStack server on node-a does not run yet") for m in said), said

@@ -45,8 +45,9 @@ def test_the_rebuild_found_the_new_cards_and_succeeded():
     assert decision["cards_changed"] is True and decision["work"] is True, decision
     assert [g[1] for g in decision["detected_gpus"]] == [d["Name"] for d in NEW], decision["detected_gpus"]
     # The worker was restarted to see the new cards (the maintenance role's handler, systemd on the lab's nodes).
-    restarts = [module_args(r) for r in run.where(host="node-b", action="ansible.builtin.systemd_service",
-                                                   role="maintenance", changed=True)]
+    restarts = [module_args(r)
+                for r in run.where(host="node-b", action="ansible.builtin.systemd_service", role="maintenance",
+                                   changed=True)]
     assert [(a.get("name"), a.get("state")) for a in restarts] == [("gpustack-worker", "restarted")], restarts
     # The other node's replica was not touched: the role's own before/after views of the other replicas.
     before = run.facts("node-b", "pairserve_maintenance_view")[0]["others"]
@@ -117,8 +118,8 @@ def test_a_reinstalled_node_rejoins_without_a_ghost_worker(keys):
     stale = rebuild_decision(run)["stale_workers"]
     assert [w["id"] for w in stale] == [old_worker], stale
     # ... and the rebuild removed that record (the role's DELETE of /v2/workers/<id>, changed).
-    removed = [module_args(i).get("url", "") for r in run.where(host="node-b", action="ansible.builtin.uri",
-                                                                 role="maintenance", changed=True)
+    removed = [module_args(i).get("url", "")
+               for r in run.where(host="node-b", action="ansible.builtin.uri", role="maintenance", changed=True)
                for i in items(r) if module_args(i).get("method") == "DELETE"]
     assert [u.rsplit("/v2/workers/", 1)[-1] for u in removed if "/v2/workers/" in u] == [str(old_worker)], removed
     workers = [w for w in items("/v2/workers", keys["management"]) if w["name"] == "node-b"]

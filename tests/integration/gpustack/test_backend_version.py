@@ -7,7 +7,6 @@ user-defined version of the vLLM backend (gpustack_backend_version), the model n
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
@@ -15,6 +14,8 @@ import pytest
 from gpustack_helpers import four_steps
 from lab import pins
 from lab.ansible_runner import run_module
+from support.gpustack_models import config_only_checkpoint
+from support.gpustack_models import model_args as registration
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +29,7 @@ UNKNOWN = VLLM + "-ffffffffffff-custom"
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("checkpoint")
-    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
-    return str(path)
+    return config_only_checkpoint(tmp_path_factory.mktemp("checkpoint"))
 
 
 def stored_model(server, name):
@@ -48,12 +47,9 @@ def version_args(server, image=IMAGE, **extra):
 
 
 def model_args(server, checkpoint, name, version=VERSION, **extra):
-    args = {**server.key_args, "name": name, "cluster": server.cluster_name, "local_path": checkpoint,
-            "backend": "vLLM", "backend_version": version, "replicas": 0,
-            "gpu_ids": [f"{server.worker_name}:cuda:0", f"{server.worker_name}:cuda:1"],
-            "backend_parameters": ["--max-model-len", "4096"]}
-    args.update(extra)
-    return args
+    return registration(server, checkpoint, name, gpus=(0, 1), **{
+        "backend": "vLLM", "backend_version": version, "replicas": 0, "backend_parameters": ["--max-model-len", "4096"],
+        **extra})
 
 
 def test_gpustack_drops_the_image_of_a_vllm_model_on_update(gpustack_server, checkpoint):
@@ -178,13 +174,14 @@ def test_the_controllers_replica_put_keeps_the_pinned_image(gpustack_server, che
     """The controller puts a pair to sleep and wakes it by PUTting the model back with another replica count."""
     from support import scripts  # pylint: disable=import-outside-toplevel
 
-    ctl = scripts.load(scripts.CONTROLLER, "pairserve_controller_backend_version_test")
+    scripts.controller_path()
+    from pairserve_controller.gpustack_access import GpuStack  # pylint: disable=import-outside-toplevel
     server = gpustack_server
     assert not run_module("gpustack_backend_version", version_args(server)).failed
     args = model_args(server, checkpoint, "asleep-and-awake", replicas=1)
     assert not run_module("gpustack_model", args).failed
     model = stored_model(server, "asleep-and-awake")
-    client = ctl.GpuStack(server.api_url, api_key=server.api_key)
+    client = GpuStack(server.api_url, api_key=server.api_key)
     for replicas in (0, 1):
         client.set_replicas(model["id"], replicas)
         after = stored_model(server, "asleep-and-awake")

@@ -75,8 +75,9 @@ if action == "restart":
 '''
 
 # The node's container runtime, as far as runner_image asks it: the NVIDIA runtime as Docker's default, the runner
-# images of the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml) present (nothing else, nothing pulled), and a GPU container that sees the GPUs named in
-# NVIDIA_VISIBLE_DEVICES (what the NVIDIA runtime gives it; nvidia-smi in it lists them).
+# images of the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml) present (nothing else, nothing pulled),
+# and a GPU container that sees the GPUs named in NVIDIA_VISIBLE_DEVICES (what the NVIDIA runtime gives it;
+# nvidia-smi in it lists them).
 DOCKER_SHIM = r'''#!/bin/sh
 case "$1" in
   info) [ "$2" = --format ] && [ "$3" = "{{json .}}" ] || { echo "docker stand-in: info $2 $3 is not --format {{json .}}" >&2; exit 2; }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -10,24 +9,14 @@ import pytest
 from gpustack_helpers import four_steps
 from lab import pins
 from lab.ansible_runner import run_module
+from support.gpustack_models import config_only_checkpoint, model_args
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """A directory the (local) worker can see; no backend runs in these tests, so config.json is enough."""
-    path = tmp_path_factory.mktemp("checkpoint")
-    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
-    return str(path)
-
-
-def model_args(server, checkpoint, name, gpus, **extra):
-    args = {**server.key_args, "name": name, "cluster": server.cluster_name, "local_path": checkpoint,
-            "backend_version": pins.VLLM, "gpu_ids": [f"{server.worker_name}:cuda:{i}" for i in gpus],
-            "backend_parameters": ["--max-model-len", "4096", "--gpu-memory-utilization", "0.92"]}
-    args.update(extra)
-    return args
+    return config_only_checkpoint(tmp_path_factory.mktemp("checkpoint"))
 
 
 def instances(server, model_name):

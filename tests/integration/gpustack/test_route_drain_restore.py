@@ -3,13 +3,11 @@ the one drain rule (routes.reweigh via gpustack.reweighed_route_targets), keep e
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from lab import pins
 from lab.ansible_runner import run_module
 from support import scripts
+from support.gpustack_models import config_only_checkpoint, model_args
 
 pytestmark = pytest.mark.slow
 
@@ -21,13 +19,9 @@ MODELS = ("dr-a", "dr-b")
 def pool(gpustack_server, tmp_path_factory):
     """Two registered replicas (no backend runs: config.json is enough) behind route dr-qwen, 58/42; removed after."""
     server = gpustack_server
-    path = tmp_path_factory.mktemp("drain-checkpoint")
-    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
+    path = config_only_checkpoint(tmp_path_factory.mktemp("drain-checkpoint"))
     for gpu, name in enumerate(MODELS):
-        args = {**server.key_args, "name": name, "cluster": server.cluster_name, "local_path": str(path),
-                "backend_version": pins.VLLM, "gpu_ids": [f"{server.worker_name}:cuda:{gpu}"],
-                "backend_parameters": ["--max-model-len", "4096"]}
-        assert not run_module("gpustack_model", args).failed
+        assert not run_module("gpustack_model", model_args(server, path, name, [gpu])).failed
     route = {**server.key_args, "name": ROUTE, "targets": [{"model": "dr-a", "weight": 58}, {"model": "dr-b", "weight": 42}]}
     assert not run_module("gpustack_route", route).failed
     yield route

@@ -41,8 +41,8 @@ def test_site_yml_lists_every_mistake_and_changes_nothing():
 GOOD_VIEW = {
     "pairserve_lab_mode": False,
     # The example inventory's pins (its digest and checkpoint placeholders replaced by valid values below).
-    **{name: pins.example()[name] for name in ("pairserve_gpustack_version", "pairserve_vllm_version",
-                                                "pairserve_runner_image")},
+    **{name: pins.example()[name]
+       for name in ("pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image")},
     "pairserve_runner_image_digest": "sha256:" + "0" * 64, "pairserve_checkpoint_repo": "org/model",
     "pairserve_checkpoint_revision": "a" * 40, "pairserve_serving_mode": "pooled", "pairserve_route_name": "qwen",
     "pairserve_route_weights": {"node-a": 58, "node-b": 42}, "pairserve_model_name": "qwen",

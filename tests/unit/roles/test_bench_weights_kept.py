@@ -147,7 +147,7 @@ def test_without_a_file_the_play_and_the_report_say_the_weights_are_temporary(tm
 """)
     res = run_playbook(book, inventory=inv / "hosts.yml", timeout=300, extra_vars={
         "_pairserve_bench_baseline": {"weights": MEASURED, "json_path": str(run_dir / "results.json"),
-                                     "run_dir": str(run_dir)},
+                                      "run_dir": str(run_dir)},
         "pairserve_bench_apply_weights": True, "_pairserve_bench_applied": {"changed": True},
         "pairserve_bench_report_dir": str(tmp_path)})
     assert res.rc == 0, res.stdout[-3000:]

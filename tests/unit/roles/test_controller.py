@@ -19,7 +19,6 @@ from support import scripts
 
 scripts.controller_path()
 # pylint: disable=wrong-import-position,wrong-import-order
-from ansible_collections.pairserve.llm.plugins.module_utils import routes  # noqa: E402
 from pairserve_controller import cli, config, exposition, gpustack_access, service  # noqa: E402
 from pairserve_controller import policy as pp  # noqa: E402
 from pairserve_controller import vllm_metrics as vmetrics  # noqa: E402
@@ -114,7 +113,7 @@ def test_mean_tracker_uses_histogram_deltas_priors_and_survives_restart():
 
     def snap(ps, pc, gs, gc):
         return pp.MetricsSnapshot(prompt_hist_sum=ps, prompt_hist_count=pc, generation_hist_sum=gs,
-                                   generation_hist_count=gc)
+                                  generation_hist_count=gc)
 
     assert tracker.update(snap(0, 0, 0, 0)) == (2000, 300)            # nothing finished yet: priors
     assert tracker.update(snap(70000, 1, 2000, 1)) == (70000, 2000)   # first finished request

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from support import scripts
-from lab.ansible_runner import REPO, run_playbook
+from lab.ansible_runner import run_playbook
 
 UNIT = "/etc/systemd/system/pairserve-controller.service"
 KEY = "sk-pairserve-test0controller0key0never0shown"
@@ -171,7 +171,8 @@ def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, 
     unit.read_string(unit_text)
     svc = unit["Service"]
     exec_start = svc["ExecStart"]
-    assert exec_start.startswith("%s " % (tmp_path / "home" / "lib" / "pairserve-controller"))
+    assert exec_start.startswith("%s %s " % (tmp_path / "home" / "venv" / "bin" / "python",
+                                             tmp_path / "home" / "lib" / "pairserve-controller"))
     assert "--config %s --api-key-file %s" % (tmp_path / "etc" / "controller.ini", tmp_path / "etc" / "controller.key") \
         in exec_start
     assert ("--dry-run" in exec_start) is expect["dry_run"]
@@ -186,9 +187,9 @@ def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, 
     if shutil.which("systemd-analyze"):
         path = tmp_path / "pairserve-controller.service"
         path.write_text(unit_text)
-        # Check mode installs no launcher: systemd's "is not executable" for that one path is the only complaint allowed.
-        launcher = str(tmp_path / "home" / "lib" / "pairserve-controller")
-        assert [line for line in _verify_unit(path) if "Command %s is not executable" % launcher not in line] == []
+        # Check mode makes no venv: systemd's "is not executable" for its Python is the only complaint allowed.
+        python = str(tmp_path / "home" / "venv" / "bin" / "python")
+        assert [line for line in _verify_unit(path) if "Command %s is not executable" % python not in line] == []
 
     # Check mode: nothing written, systemd not asked about a unit that does not exist, no restart.
     assert not (tmp_path / "home").exists() and not (tmp_path / "etc").exists()
@@ -436,7 +437,7 @@ def test_a_dry_run_keeps_its_own_picture_and_does_not_repeat_itself(tmp_path):
                                                                                  "static_weight = 30"))
     api, clock = FakeGpuStack(), [0.0]
     ctrl = service.Controller(config.read_config(str(path)), api=api, dry_run=True, clock=lambda: clock[0],
-                          read_metrics=_idle_metrics)
+                              read_metrics=_idle_metrics)
     assert [a.kind for a in ctrl.tick()] == ["set_weights"]
     clock[0] = 100.0
     assert ctrl.tick() == [], "the route still has 58/42, but a dry run must not read that as an outside change"

@@ -19,8 +19,8 @@ from lab.ansible_runner import REPO, run_playbook
 
 # A site's pins: the example inventory's versions and runner image (its placeholders replaced by valid values).
 PINS = {
-    **{name: pins.example()[name] for name in ("pairserve_gpustack_version", "pairserve_vllm_version",
-                                                "pairserve_runner_image")},
+    **{name: pins.example()[name]
+       for name in ("pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image")},
     "pairserve_runner_image_digest": "sha256:" + "0" * 64, "pairserve_checkpoint_repo": "org/model",
     "pairserve_checkpoint_revision": "a" * 40,
 }

@@ -67,7 +67,7 @@ class Controller:
         missing = [n for n in self.policy.names if n not in models]
         if missing:
             raise GpuStackError("replica model(s) %s are not in GPUStack (it has: %s)"
-                           % (", ".join(missing), ", ".join(sorted(models)) or "none"))
+                                % (", ".join(missing), ", ".join(sorted(models)) or "none"))
         return models
 
     def observe(self, models):

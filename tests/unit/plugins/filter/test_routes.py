@@ -60,8 +60,8 @@ def test_reweigh_parks_a_single_zero_and_unparks_it_when_its_weight_comes_back()
     route = [{"model": "a", "weight": 58, "fallback_status_codes": None},
              {"model": "b", "weight": 42, "fallback_status_codes": None}]
     drained = routes.reweigh(route, {"b": 0})
-    assert [(t["model"], t["weight"], t["fallback_status_codes"]) for t in drained] == [("a", 58, None),
-                                                                                       ("b", 0, ["5xx"])]
+    got = [(t["model"], t["weight"], t["fallback_status_codes"]) for t in drained]
+    assert got == [("a", 58, None), ("b", 0, ["5xx"])]
     assert routes.reweigh(drained, {"b": 0}) == drained  # a second drain changes nothing
     back = routes.reweigh(drained, {"b": 42})
     assert [(t["model"], t["weight"], t["fallback_status_codes"]) for t in back] == [("a", 58, None), ("b", 42, None)]
