@@ -1,10 +1,18 @@
-"""Recorded NVML hosts the tests build from the real ones (tests/fixtures/nvml/), in the recording's own format."""
+"""Recorded NVML hosts the tests build from the real ones (tests/fixtures/nvml/), in the recording's own format,
+the replay of one for raw pynvml calls, and a module's cases over recordings as the tasks of one playbook."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from pathlib import Path
+
+import pynvml
+import yaml
+
+from ansible_collections.pairserve.llm.plugins.module_utils import nvml_replay
+from lab.ansible_runner import run_playbook
 
 NVML = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
 H200_RECORDING = NVML / "h200-recording-2026-12-01.json"
@@ -30,3 +38,51 @@ def four_h200_minors(directory: Path) -> Path:
     path = directory / "four-h200-minors.json"
     path.write_text(json.dumps(recording))
     return path
+
+
+def derived_recording(source: Path, target: Path, note: str, change) -> str:
+    """A copy of the recording `source` at `target`, changed in place by `change(recording)`; its provenance
+    says so (`note`: what the test changed)."""
+    recording = json.loads(source.read_text())
+    recording["provenance"] += " Derived by the test: " + note
+    change(recording)
+    target.write_text(json.dumps(recording))
+    return str(target)
+
+
+@contextlib.contextmanager
+def replaying():
+    """Gives `install(path)`: the recording at `path` replaces libnvidia-ml.so.1 for raw pynvml calls and NVML is
+    initialised (returns the replay's library). The binding always gets its real CDLL back."""
+    def install(path):
+        library = nvml_replay.install(str(path))
+        pynvml.nvmlInit()
+        return library
+    try:
+        yield install
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+        nvml_replay.uninstall()
+
+
+def play_over_recordings(directory: Path, module: str, cases: list) -> dict:
+    """Each case (task name, module args, recording path, check mode, expect failure) as a task of one playbook
+    (one ansible-playbook process) with PAIRSERVE_NVML_REPLAY set to its recording; expected failures are ignored
+    so later cases still run. Returns each task's raw result by name."""
+    tasks = []
+    for name, args, recording, check, failing in cases:
+        task = {"name": name, f"pairserve.llm.{module}": args,
+                "environment": {"PAIRSERVE_NVML_REPLAY": str(recording)}, "check_mode": check}
+        if failing:
+            task["ignore_errors"] = True
+        tasks.append(task)
+    playbook = directory / "cases.yml"
+    playbook.write_text(yaml.safe_dump([{"name": f"{module} cases", "hosts": "localhost", "connection": "local",
+                                         "gather_facts": False, "tasks": tasks}], sort_keys=False))
+    result = run_playbook(playbook, inventory="localhost,")
+    by_name = {record["_task"]: record for record in result.results}
+    assert set(by_name) == {case[0] for case in cases}, result.stdout + result.stderr
+    return by_name

@@ -17,6 +17,7 @@ import pynvml
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml, nvml_replay
+from support.nvml_recordings import derived_recording, replaying
 
 REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
@@ -33,17 +34,9 @@ def gather(name: str, **options) -> dict:
 
 @pytest.fixture()
 def replay():
-    """Install a recording for raw pynvml calls; always give the binding its real CDLL back."""
-    def install(name):
-        library = nvml_replay.install(fixture(name))
-        pynvml.nvmlInit()
-        return library
-    yield install
-    try:
-        pynvml.nvmlShutdown()
-    except pynvml.NVMLError:
-        pass
-    nvml_replay.uninstall()
+    """Install a recording (by its name in the fixtures) for raw pynvml calls."""
+    with replaying() as install:
+        yield lambda name: install(fixture(name))
 
 
 # --- the fake at the ctypes boundary ------------------------------------------------------------------
@@ -117,12 +110,11 @@ def test_no_driver_here_is_the_real_library_not_found():
 
 
 def test_driver_not_loaded_says_what_to_do(tmp_path):
-    data = json.loads((FIXTURES / "node-a-2x5080.json").read_text())
-    data["init"] = {"error": "DriverNotLoaded"}
-    path = tmp_path / "no-module.json"
-    path.write_text(json.dumps(data))
+    path = derived_recording(FIXTURES / "node-a-2x5080.json", tmp_path / "no-module.json",
+                             "nvmlInit fails with DriverNotLoaded.",
+                             lambda data: data.update(init={"error": "DriverNotLoaded"}))
     with pytest.raises(nvml.GpuInventoryError, match="kernel driver is not loaded.*install the NVIDIA driver"):
-        nvml.gather({nvml_replay.ENV_VAR: str(path)})
+        nvml.gather({nvml_replay.ENV_VAR: path})
 
 
 # --- inventory and pairing --------------------------------------------------------------------------------

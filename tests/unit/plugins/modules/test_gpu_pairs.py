@@ -7,13 +7,12 @@ per case); each task's raw result comes back by name through the test callback. 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from lab.ansible_runner import run_module, run_playbook
+from lab.ansible_runner import run_module
+from support.nvml_recordings import derived_recording, play_over_recordings
 
 REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
@@ -24,12 +23,9 @@ MIXED_5080 = "GPU-5080c000-0000-4000-8000-000000000002"
 
 
 def _old_driver_fixture(tmp: Path) -> str:
-    data = json.loads((FIXTURES / "node-a-2x5080.json").read_text())
-    data["provenance"] += " Derived by the test: driver 560.35.03, older than Blackwell's R570."
-    data["system"]["DriverVersion"] = "560.35.03"
-    path = tmp / "node-a-driver-560.json"
-    path.write_text(json.dumps(data))
-    return str(path)
+    return derived_recording(FIXTURES / "node-a-2x5080.json", tmp / "node-a-driver-560.json",
+                             "driver 560.35.03, older than Blackwell's R570.",
+                             lambda data: data["system"].update(DriverVersion="560.35.03"))
 
 
 def _cases(tmp: Path) -> list:
@@ -61,22 +57,9 @@ def _cases(tmp: Path) -> list:
 @pytest.fixture(scope="module")
 def played(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gpu_pairs")
-    tasks = []
-    for name, args, recording, check, failing in _cases(tmp):
-        task = {"name": name, "pairserve.llm.gpu_pairs": args,
-                "environment": {"PAIRSERVE_NVML_REPLAY": str(FIXTURES / recording) if "/" not in recording
-                                else recording},
-                "check_mode": check}
-        if failing:
-            task["ignore_errors"] = True
-        tasks.append(task)
-    playbook = tmp / "cases.yml"
-    playbook.write_text(yaml.safe_dump([{"name": "gpu_pairs cases", "hosts": "localhost", "connection": "local", "gather_facts": False,
-                                         "tasks": tasks}], sort_keys=False))
-    result = run_playbook(playbook, inventory="localhost,")
-    by_name = {record["_task"]: record for record in result.results}
-    assert set(by_name) == {case[0] for case in _cases(tmp)}, result.stdout + result.stderr
-    return by_name
+    cases = [(name, args, FIXTURES / recording if "/" not in recording else recording, check, failing)
+             for name, args, recording, check, failing in _cases(tmp)]
+    return play_over_recordings(tmp, "gpu_pairs", cases)
 
 
 def fact(record: dict) -> dict:

@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pynvml
 import pytest
-import yaml
 
-from ansible_collections.pairserve.llm.plugins.module_utils import nvml_replay
-from lab.ansible_runner import run_playbook
+from support.nvml_recordings import derived_recording, play_over_recordings, replaying
 
 REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
@@ -57,21 +55,15 @@ def expected(values: list) -> dict:
 
 
 def _hold_fixture(tmp: Path) -> str:
-    data = recording(NODE_A)
-    data["provenance"] += " Derived by the test: the power series holds its last value past its end."
-    data["power_series"]["mode"] = "hold"
-    path = tmp / "node-a-hold.json"
-    path.write_text(json.dumps(data))
-    return str(path)
+    return derived_recording(NODE_A, tmp / "node-a-hold.json",
+                             "the power series holds its last value past its end.",
+                             lambda data: data["power_series"].update(mode="hold"))
 
 
 def _empty_series_fixture(tmp: Path) -> str:
-    data = recording(NODE_A)
-    data["provenance"] += " Derived by the test: an empty power series, which no recorder writes."
-    data["devices"][1]["PowerUsageSeries"] = []
-    path = tmp / "node-a-empty-series.json"
-    path.write_text(json.dumps(data))
-    return str(path)
+    return derived_recording(NODE_A, tmp / "node-a-empty-series.json",
+                             "an empty power series, which no recorder writes.",
+                             lambda data: data["devices"][1].update(PowerUsageSeries=[]))
 
 
 def _cases(tmp: Path) -> list:
@@ -120,21 +112,8 @@ def _cases(tmp: Path) -> list:
 @pytest.fixture(scope="module")
 def played(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gpu_power")
-    tasks = []
-    for name, args, replay, check, failing in _cases(tmp):
-        task = {"name": name, "pairserve.llm.gpu_power": args,
-                "environment": {"PAIRSERVE_NVML_REPLAY": str(replay)}, "check_mode": check}
-        if failing:
-            task["ignore_errors"] = True
-        tasks.append(task)
-    playbook = tmp / "cases.yml"
-    playbook.write_text(yaml.safe_dump([{"name": "gpu_power cases", "hosts": "localhost", "connection": "local",
-                                         "gather_facts": False, "tasks": tasks}], sort_keys=False))
     # "no driver": an empty PAIRSERVE_NVML_REPLAY means the real library, which this machine does not have.
-    result = run_playbook(playbook, inventory="localhost,")
-    by_name = {record["_task"]: record for record in result.results}
-    assert set(by_name) == {case[0] for case in _cases(tmp)}, result.stdout + result.stderr
-    return by_name
+    return play_over_recordings(tmp, "gpu_power", _cases(tmp))
 
 
 def power(record: dict) -> dict:
@@ -255,19 +234,8 @@ def test_failures_say_what_is_wrong(played, name, words):
 
 @pytest.fixture()
 def replay():
-    libraries = []
-
-    def install(path):
-        library = nvml_replay.install(str(path))
-        pynvml.nvmlInit()
-        libraries.append(library)
-        return library
-    yield install
-    try:
-        pynvml.nvmlShutdown()
-    except pynvml.NVMLError:
-        pass
-    nvml_replay.uninstall()
+    with replaying() as install:
+        yield install
 
 
 def test_energy_counter_keeps_counting_past_the_recording(replay):
