@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from support import scripts
+from support.controller_ini import REPLICA_SECTIONS
 
 scripts.controller_path()
 # pylint: disable=wrong-import-position,wrong-import-order
@@ -359,17 +360,7 @@ idle_minutes = {idle}
 wake_waiting = 4
 drain_grace = 0
 
-[replica qwen-node-a]
-prefill_tps = 2767
-decode_tps = 275
-static_weight = 58
-
-[replica qwen-node-b]
-prefill_tps = 1823
-decode_tps = 220
-static_weight = 42
-metrics_url = auto
-"""
+""" + REPLICA_SECTIONS + "metrics_url = auto\n"
 
 
 def test_read_config_ini_and_json_give_the_same_policy(tmp_path):

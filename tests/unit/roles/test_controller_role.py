@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from support import scripts
+from support.controller_ini import REPLICA_SECTIONS
 from lab.ansible_runner import run_playbook
 
 UNIT = "/etc/systemd/system/pairserve-controller.service"
@@ -287,16 +288,7 @@ mode = queue_aware
 enabled = true
 replica = qwen-node-b
 
-[replica qwen-node-a]
-prefill_tps = 2767
-decode_tps = 275
-static_weight = 58
-
-[replica qwen-node-b]
-prefill_tps = 1823
-decode_tps = 220
-static_weight = 42
-"""
+""" + REPLICA_SECTIONS
 
 
 @pytest.mark.parametrize("old, new, match", [
