@@ -12,16 +12,14 @@ from __future__ import annotations
 import copy
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import status
 from lab import pins
 from lab.ansible_runner import REPO, run_playbook
+from support.local_http import JsonStub, gpustack_page
 from support.recap import parse_recap
 
 PROOF = REPO / "tests" / "fixtures" / "gpu-proof" / "gpustack-py312-2026-12-02.json"
@@ -215,32 +213,16 @@ def test_df_output_of_another_shape_is_an_error_not_a_figure(stdout):
 
 # -- playbooks/status.yml over a fake GPUStack, every host local -----------------------------------------------
 
-class FakeGpuStack:
+class FakeGpuStack(JsonStub):
     """GPUStack's list endpoints (paginated bodies) over ``info``, which a test may change between runs."""
 
     def __init__(self, info: dict):
         self.info = info
-        fake = self
+        super().__init__(self.answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's name)
-                url = urlparse(self.path)
-                listed = fake.listed(url.path, parse_qs(url.query))
-                data = json.dumps({"items": listed, "pagination": {"page": 1, "perPage": 100, "total": len(listed),
-                                                                   "totalPage": 1}} if listed is not None
-                                  else {"detail": "not found"}).encode()
-                self.send_response(200 if listed is not None else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    def answer(self, request):
+        listed = self.listed(request.path, request.query)
+        return (404, {"detail": "not found"}) if listed is None else (200, gpustack_page(listed))
 
     def listed(self, path: str, query: dict):
         if path == "/v2/model-route-targets":
@@ -251,10 +233,6 @@ class FakeGpuStack:
         lists = {"/v2/workers": "workers", "/v2/gpu-devices": "gpus", "/v2/models": "models",
                  "/v2/model-instances": "model_instances", "/v2/inference-backends": "inference_backends"}
         return self.info[lists[path]] if path in lists else None
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture(name="fake")

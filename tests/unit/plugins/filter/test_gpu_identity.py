@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import gpu_identity, nvml, nvml_replay
 from lab.ansible_runner import run_playbook
+from support.local_http import JsonStub, gpustack_page
 from support.nvml_recordings import four_h200_minors
 
 REPO = Path(__file__).resolve().parents[4]
@@ -231,19 +230,31 @@ PLAY = """
 """
 
 
-def test_the_role_task_passes_fails_and_skips_in_check_mode(tmp_path):
+def node_a_good_and_swapped() -> tuple:
+    """gpu_pairs' fact for node-a, the GPUs its worker reports, and the same GPUs with the two UUIDs swapped."""
     fact = gather(NVML / "node-a-2x5080.json", expected_pairs=1)
     good = as_gpustack_detects(NVML / "node-a-2x5080.json")
     swapped = copy.deepcopy(good)
     swapped[0]["uuid"], swapped[1]["uuid"] = good[1]["uuid"], good[0]["uuid"]
+    return fact, good, swapped
+
+
+def by_task(results: list) -> dict:
+    """A play's task results, by task name, in the order they ran."""
+    named = {}
+    for record in results:
+        named.setdefault(record["_task"], []).append(record)
+    return named
+
+
+def test_the_role_task_passes_fails_and_skips_in_check_mode(tmp_path):
+    fact, good, swapped = node_a_good_and_swapped()
     book = tmp_path / "play.yml"
     book.write_text(PLAY % {"fact": json.dumps(fact), "good": json.dumps(worker("node-a", good)),
                             "swapped": json.dumps(worker("node-a", swapped))})
     result = run_playbook(book, inventory="localhost,")
     assert result.rc == 0, result.stdout + result.stderr
-    by_name = {}
-    for record in result.results:
-        by_name.setdefault(record["_task"], []).append(record)
+    by_name = by_task(result.results)
     (checked_good, checked_swapped) = by_name["Check that the worker's GPU indexes name the cards gpu_pairs paired"]
     assert checked_good["_status"] == "ok" and not checked_good.get("changed"), checked_good
     assert checked_swapped["_status"] == "failed" and not checked_swapped.get("changed"), checked_swapped
@@ -255,58 +266,28 @@ def test_the_role_task_passes_fails_and_skips_in_check_mode(tmp_path):
     # Check mode: the one-shot query finds no server, so the check skips and nothing fails.
     checked = run_playbook(book, inventory="localhost,", check=True)
     assert checked.rc == 0, checked.stdout + checked.stderr
-    names = {}
-    for record in checked.results:
-        names.setdefault(record["_task"], []).append(record)
+    names = by_task(checked.results)
     assert all(r["_status"] == "skipped" for r in names["Check that the worker's GPU indexes name the cards gpu_pairs paired"])
     assert not any(r.get("changed") for r in checked.results)
 
 
-class Workers:
+def workers_server(record) -> JsonStub:
     """A local server answering GET /v2/workers with one worker record, as GPUStack's paginated list does."""
-
-    def __init__(self, record):
-        pagination = {"page": 1, "perPage": 100, "total": 1, "totalPage": 1}
-        body = json.dumps({"items": [record], "pagination": pagination}).encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server's name)
-                data = body if self.path.startswith("/v2/workers") else b"{}"
-                self.send_response(200 if self.path.startswith("/v2/workers") else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    return JsonStub(lambda request: (200, gpustack_page([record])) if request.path.startswith("/v2/workers")
+                    else (404, {}))
 
 
 def test_check_mode_asks_the_server_and_fails_on_a_swap(tmp_path):
     """In check mode the ready wait does not run; a worker that already exists is still compared, read-only."""
-    fact = gather(NVML / "node-a-2x5080.json", expected_pairs=1)
-    good = as_gpustack_detects(NVML / "node-a-2x5080.json")
-    swapped = copy.deepcopy(good)
-    swapped[0]["uuid"], swapped[1]["uuid"] = good[1]["uuid"], good[0]["uuid"]
+    fact, good, swapped = node_a_good_and_swapped()
     book = tmp_path / "play.yml"
     # The variables the normal run would read are the good record: check mode must not look at them.
     book.write_text(PLAY % {"fact": json.dumps(fact), "good": json.dumps(worker("node-a", good)),
                             "swapped": json.dumps(worker("node-a", good))})
     for record, failed in ((worker("node-a", swapped), True), (worker("node-a", good), False)):
-        server = Workers(record)
-        try:
+        with workers_server(record) as server:
             result = run_playbook(book, inventory="localhost,", check=True,
                                   extra_vars={"pairserve_gpustack_api_port": server.port})
-        finally:
-            server.close()
         checks = [r for r in result.results
                   if r["_task"] == "Check that the worker's GPU indexes name the cards gpu_pairs paired"]
         # The first include is not in a block: a failure there ends the play.

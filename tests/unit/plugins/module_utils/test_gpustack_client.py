@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import base64
-import json
 import socket
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -21,46 +18,20 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (  #
     GpuStackError,
     field_diff,
 )
+from support.local_http import JsonStub  # noqa: E402
 
 
-class Scripted:
-    """A local server answering from a queue of (status, body) per request; records what it got."""
+class Scripted(JsonStub):
+    """A local server answering from a queue of (status, body) per request; `seen` keeps what it got."""
 
     def __init__(self):
         self.queue = []
         self.default = (200, {})
-        self.seen = []
-        outer = self
+        super().__init__(self.answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                outer.seen.append({"method": self.command, "path": self.path, "auth": self.headers.get("Authorization"),
-                                   "body": json.loads(body) if body else None})
-                status, payload = outer.queue.pop(0) if outer.queue else outer.default
-                if callable(payload):
-                    payload = payload(self.path)
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = _answer
-
-            def log_message(self, *args):  # keep pytest output clean
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def answer(self, request):
+        status, payload = self.queue.pop(0) if self.queue else self.default
+        return status, payload(request.target) if callable(payload) else payload
 
 
 @pytest.fixture
@@ -101,7 +72,7 @@ def test_post_is_not_repeated_after_5xx(server):
     client, sleeps = client_for(server.url, retries=3)
     with pytest.raises(GpuStackError):
         client.post("/v2/models", {"name": "m"})
-    assert [s["method"] for s in server.seen] == ["POST"]
+    assert [s.method for s in server.seen] == ["POST"]
     assert sleeps == []
 
 
@@ -114,13 +85,13 @@ def test_wrong_credentials_name_the_cause(server):
     assert info.value.status == 401
     assert "Invalid authentication credentials" in msg and "username 'admin' / password" in msg
     expected = "Basic " + base64.b64encode(b"admin:wrong").decode()
-    assert server.seen[0]["auth"] == expected
+    assert server.seen[0].headers.get("Authorization") == expected
 
 
 def test_bearer_key_is_sent(server):
     client = client_for(server.url, api_key="gpustack_abc")[0]
     client.get("/v2/clusters")
-    assert server.seen[0]["auth"] == "Bearer gpustack_abc"
+    assert server.seen[0].headers.get("Authorization") == "Bearer gpustack_abc"
 
 
 def test_one_tls_context_serves_every_call_and_each_call_authenticates(server, monkeypatch):
@@ -134,7 +105,7 @@ def test_one_tls_context_serves_every_call_and_each_call_authenticates(server, m
         client.get("/v2/workers")
     assert made == [{"validate_certs": False}]
     expected = "Basic " + base64.b64encode(b"admin:pw").decode()
-    assert [s["auth"] for s in server.seen] == [expected] * 3
+    assert [s.headers.get("Authorization") for s in server.seen] == [expected] * 3
 
 
 def test_fastapi_validation_detail_is_quoted(server):
@@ -172,7 +143,7 @@ def test_list_follows_pagination(server):
     got = client.list("/v2/workers", {"cluster_id": 1})
     assert [i["id"] for i in got] == list(range(250))
     assert len(server.seen) == 3
-    assert "cluster_id=1" in server.seen[0]["path"]
+    assert "cluster_id=1" in server.seen[0].target
     assert client.find("/v2/workers", "w249")["id"] == 249
 
 

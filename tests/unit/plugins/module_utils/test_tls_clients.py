@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import json
 import ssl
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe 
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import GpuStackClient, GpuStackError  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError  # noqa: E402
 from lab.ansible_runner import run_module  # noqa: E402
+from support.local_http import QuietHandler, send_json  # noqa: E402
 
 KEY = "sk-test-tls"
 WORKERS = [{"id": 1, "name": "node-a", "state": "ready"}]
@@ -91,14 +91,9 @@ def pki(tmp_path_factory):
 
 # -- the HTTPS server ------------------------------------------------------------------------------------------------
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(QuietHandler):
     def _send(self, payload, status=200):
-        raw = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        send_json(self, status, payload)
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         if self.headers.get("Authorization") != "Bearer " + KEY:
@@ -119,9 +114,6 @@ class Handler(BaseHTTPRequestHandler):
                         "usage": {"prompt_tokens": 5, "completion_tokens": 1}})
         else:
             self._send({"message": "not found"}, 404)
-
-    def log_message(self, *args):
-        pass
 
 
 class Server(ThreadingHTTPServer):

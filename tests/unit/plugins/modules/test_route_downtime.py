@@ -8,18 +8,19 @@ import json
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import downtime  # noqa: E402
 from lab.ansible_runner import run_local_play, run_module  # noqa: E402
+from support.local_http import QuietHandler, send_json  # noqa: E402
 
 KEY = "sk-test-route-downtime"
 
 
-class Route(BaseHTTPRequestHandler):
+class Route(QuietHandler):
     status = 200  # the class attribute a test flips to make the route answer 503
     served = 0  # successful answers so far
 
@@ -30,16 +31,8 @@ class Route(BaseHTTPRequestHandler):
         status = type(self).status if ok else 401
         payload = ({"choices": [{"message": {"role": "assistant", "content": "OK"}}]} if status == 200
                    else {"error": {"message": "no running instance"}})
-        raw = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        send_json(self, status, payload)
         type(self).served += status == 200
-
-    def log_message(self, *args):
-        pass
 
 
 def serve(port=0):
