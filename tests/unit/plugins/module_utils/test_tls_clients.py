@@ -5,8 +5,6 @@ openai_probe.Client directly, then gpustack_info and route_downtime through Ansi
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import ssl
 import sys
 import threading
@@ -14,16 +12,14 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import GpuStackClient, GpuStackError  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError  # noqa: E402
+from lab import tls  # noqa: E402
 from lab.ansible_runner import run_module  # noqa: E402
 from support.local_http import QuietHandler, send_json  # noqa: E402
 
@@ -33,41 +29,6 @@ WORKERS = [{"id": 1, "name": "node-a", "state": "ready"}]
 
 # -- a private CA and a server certificate ---------------------------------------------------------------------------
 
-def _name(common_name):
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _ca(common_name):
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name(common_name)).issuer_name(_name(common_name))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                         crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
-    return key, cert
-
-
-def _server_cert(ca_key, ca_cert):
-    """A leaf for 127.0.0.1 only (no DNS name: https://localhost is the hostname-mismatch case)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name("gpustack-test")).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    return key, cert
-
-
 def _pem(cert):
     return cert.public_bytes(serialization.Encoding.PEM)
 
@@ -75,9 +36,10 @@ def _pem(cert):
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     root = tmp_path_factory.mktemp("pki")
-    ca_key, ca_cert = _ca("pairserve test CA")
-    key, cert = _server_cert(ca_key, ca_cert)
-    other = _ca("some other CA")[1]
+    ca_cert, ca_key = tls.make_ca("pairserve test CA")
+    # A leaf for 127.0.0.1 only (no DNS name: https://localhost is the hostname-mismatch case).
+    cert, key = tls.make_server(ca_cert, ca_key, dns=[], ips=["127.0.0.1"])
+    other = tls.make_ca("some other CA")[0]
     paths = {"ca": root / "ca.pem", "other_ca": root / "other-ca.pem", "cert": root / "server.pem",
              "key": root / "server-key.pem", "not_pem": root / "not-a-cert.pem", "missing": root / "missing.pem"}
     paths["ca"].write_bytes(_pem(ca_cert))
