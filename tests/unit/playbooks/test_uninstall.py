@@ -22,7 +22,8 @@ from lab.ansible_runner import REPO, run_playbook
 
 PLAYBOOK = "playbooks/uninstall.yml"
 EXAMPLE = "inventory/example/hosts.yml"
-GUARD = "Refuse to run without pairserve_uninstall_confirm=yes"
+GUARD = "pairserve.llm.uninstall : Refuse to run without pairserve_uninstall_confirm=yes"
+CONFIRM_CHECK = "pairserve.llm.uninstall : Validating arguments against arg spec 'confirm'"
 
 # The roles that change the nodes, so need a way back; each of the others only checks or reports, with the reason.
 INSTALLS = {"checkpoint", "controller", "gpustack_install", "gpustack_server", "gpustack_worker", "node_venv",
@@ -82,15 +83,20 @@ def test_the_playbook_parses():
 
 
 def test_the_guard_comes_first_and_runs_on_the_controller():
-    assert listed_tasks()[0] == "gpustack_server:gpu_nodes | " + GUARD
+    # Only the uninstall role's argument check (an action on the controller, no connection) comes before it.
+    assert listed_tasks()[0].startswith("gpustack_server:gpu_nodes | " + CONFIRM_CHECK)
+    assert listed_tasks()[1] == "gpustack_server:gpu_nodes | " + GUARD
     first = yaml.safe_load((REPO / PLAYBOOK).read_text())[0]
     assert first["gather_facts"] is False and first["any_errors_fatal"] is True
-    guard = first["tasks"][0]
-    assert guard["name"] == GUARD and "ansible.builtin.assert" in guard
+    assert [t["ansible.builtin.import_role"] for t in first["tasks"]] == [
+        {"name": "pairserve.llm.uninstall", "tasks_from": "confirm"}]
+    confirm = yaml.safe_load((REPO / "roles" / "uninstall" / "tasks" / "confirm.yml").read_text())
+    guard = confirm[0]
+    assert "pairserve.llm.uninstall : " + guard["name"] == GUARD and "ansible.builtin.assert" in guard
     assert guard["delegate_to"] == "localhost" and guard["run_once"] is True
     # Nothing in the guard play contacts a node: only checks on the controller.
     assert all(set(task) & {"ansible.builtin.assert"} and task.get("delegate_to") == "localhost"
-               for task in first["tasks"])
+               for task in confirm)
 
 
 @pytest.mark.parametrize("extra", [
@@ -101,8 +107,9 @@ def test_without_the_confirmation_it_stops_at_the_guard_naming_the_variable(extr
     run = ansible_playbook(*extra, timeout=60)
     out = re.sub(r"\s+", " ", run.stdout)
     assert run.returncode != 0, run.stdout[-3000:]
-    # The guard is the only task that ran, it failed, and it says what to add.
-    assert re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M) == [GUARD], run.stdout[-3000:]
+    # The guard is the only task that ran after the argument check, it failed, and it says what to add.
+    ran = re.findall(r"^TASK \[(.*?)\]", run.stdout, re.M)
+    assert len(ran) == 2 and ran[0].startswith(CONFIRM_CHECK) and ran[1] == GUARD, run.stdout[-3000:]
     assert "-e pairserve_uninstall_confirm=yes" in out and "Nothing was changed" in out
     # No node was contacted (the example's addresses would be unreachable) and no later play started.
     assert "UNREACHABLE" not in run.stdout and "unreachable=1" not in run.stdout
@@ -131,8 +138,14 @@ def test_the_removals_come_in_order():
     assert tasks[position("gpustack_worker")].startswith("gpu_nodes | ")
     assert tasks[position("gpustack_server")].startswith("gpustack_server | ")
     # The server's checks come before the first removal.
-    assert tasks.index("gpustack_server | Refuse to go on while the installed server does not answer") < positions[0]
-    assert imported_entry_points() == order
+    assert tasks.index("gpustack_server | pairserve.llm.uninstall : Refuse to go on while the installed server does not "
+                       "answer") < positions[0]
+    # The uninstall role's own entry points: the checks before every removal, the report after.
+    entries = imported_entry_points()
+    assert [e for e in entries if e[0] != "uninstall"] == order
+    assert [e for e in entries if e[0] == "uninstall"] == [("uninstall", "confirm"), ("uninstall", "server"),
+                                                          ("uninstall", "kept")]
+    assert entries[:2] == [("uninstall", "confirm"), ("uninstall", "server")] and entries[-1] == ("uninstall", "kept")
 
 
 def test_every_role_that_installs_something_has_an_absent_entry_point_the_playbook_runs():
