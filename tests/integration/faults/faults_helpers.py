@@ -12,14 +12,12 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlparse
 
 from lab.checkpoint_repo import config, tokenizer_config_json, tokenizer_json
 from lab.fakehub import Commit, HubFile, Repo
+from support.forwarding_proxy import Forwarded, ForwardingProxy
 
 REPO = Path(__file__).resolve().parents[3]
 COLLECTIONS = REPO / ".cache" / "collections"
@@ -193,8 +191,9 @@ def record(test: str, figures: dict) -> None:
 
 # -- GPUStack broken mid-request ---------------------------------------------------------------------------------
 
-class FaultProxy:
-    """A pass-through HTTP proxy to GPUStack on 127.0.0.1 that runs a fault at a chosen request.
+class FaultProxy(ForwardingProxy):
+    """The pass-through proxy to GPUStack on 127.0.0.1 (support/forwarding_proxy.py) that runs a fault at a chosen
+    request.
 
     `fault(method, path, index)` is called for every request before it is forwarded and returns None (forward
     as usual), "before" (run `action` first, then forward) or "during" (forward the request, run `action` after
@@ -204,71 +203,22 @@ class FaultProxy:
     """
 
     def __init__(self, upstream: str, fault, action, delay: float = 0.0):
-        target = urlparse(upstream)
-        self.seen: list[tuple[str, str]] = []
+        self.fault, self.action, self.delay = fault, action, delay
         self.answered_before_fault: bool | None = None
-        outer = self
+        super().__init__(upstream)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _forward(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                path = self.path.split("?")[0]
-                index = len(outer.seen)
-                outer.seen.append((self.command, path))
-                when = fault(self.command, path, index)
-                if when == "before":
-                    action()
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
-                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
-                try:
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    if when == "during":
-                        time.sleep(delay)
-                        action()
-                        try:
-                            conn.getresponse().read()
-                            outer.answered_before_fault = True
-                        except (OSError, http.client.HTTPException):
-                            outer.answered_before_fault = False
-                        self.close_connection = True
-                        return
-                    resp = conn.getresponse()
-                    data = resp.read()
-                except (OSError, http.client.HTTPException):
-                    self.close_connection = True  # GPUStack is gone: so is the answer
-                    return
-                finally:
-                    conn.close()
-                self.send_response(resp.status)
-                for key, value in resp.getheaders():
-                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = _forward
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(10)
-
-    def __enter__(self) -> "FaultProxy":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def exchange(self, conn: http.client.HTTPConnection, request: Forwarded):
+        when = self.fault(request.method, request.path, request.index)
+        if when == "before":
+            self.action()
+        if when != "during":
+            return super().exchange(conn, request)
+        conn.request(request.method, request.target, body=request.body, headers=request.headers)
+        time.sleep(self.delay)
+        self.action()
+        try:
+            conn.getresponse().read()
+            self.answered_before_fault = True
+        except (OSError, http.client.HTTPException):
+            self.answered_before_fault = False
+        return None

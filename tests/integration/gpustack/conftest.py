@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack_helpers import CountingProxy
+from support.forwarding_proxy import ForwardingProxy
 from support.gpustack_server import gpustack_server_fixture
 
 gpustack_server = gpustack_server_fixture()
@@ -12,6 +12,7 @@ gpustack_server = gpustack_server_fixture()
 
 @pytest.fixture
 def counting_proxy(gpustack_server):
-    proxy = CountingProxy(gpustack_server.api_url)
+    """A proxy to the server that counts what a module really sent (GPUStack 2.2.3 writes no access log)."""
+    proxy = ForwardingProxy(gpustack_server.api_url)
     yield proxy
     proxy.close()

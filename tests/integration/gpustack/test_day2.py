@@ -22,16 +22,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from gpustack_helpers import wait_for
 from lab import pins
 from lab.ansible_runner import REPO, run_module, run_playbook
 from support.gpustack_server import _clean_env, ensure_venv, free_port
+from support.local_http import LocalServer, QuietHandler
 from support.recap import parse_recap
 
 pytestmark = [pytest.mark.slow, pytest.mark.day2]
@@ -127,7 +127,7 @@ def static_resources(gpu: dict) -> dict:
     }
 
 
-class FakeMetrics:
+class FakeMetrics(LocalServer):
     """vLLM's /metrics for each node's replica: N polls with a request running, then idle. Each poll also
     records the route weights GPUStack has at that moment, so the test sees what the drain looked like."""
 
@@ -137,7 +137,7 @@ class FakeMetrics:
         self.polls = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802 - http.server API
                 node = self.path.strip("/").split("/")[0]
                 running = 1 if outer.busy.get(node, 0) > 0 else 0
@@ -152,16 +152,7 @@ class FakeMetrics:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def route_targets(server, name="qwen"):
@@ -212,16 +203,6 @@ def snapshot(server):
         "targets": sorted(json.dumps({k: v for k, v in t.items() if k != "state"}, sort_keys=True)
                           for t in server.items("/v2/model-route-targets")),
     }
-
-
-def wait_for(predicate, timeout=120, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +309,8 @@ def day2(gpustack_server, tmp_path_factory):
     }
     state["inventory"] = tmp / "hosts.yml"
     state["inventory"].write_text(json.dumps(inventory, indent=1))
-    wait_for(lambda: [w for w in workers(gpustack_server) if w["state"] == "ready"], what="worker node-b to be ready")
+    wait_for(lambda: [w for w in workers(gpustack_server) if w["state"] == "ready"], timeout=120,
+             what="worker node-b to be ready")
     yield state
 
     metrics.close()

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from gpustack_helpers import four_steps
+from gpustack_helpers import four_steps, wait_for
 from lab import pins
 from lab.ansible_runner import run_module
 from support.gpustack_models import config_only_checkpoint, model_args
@@ -33,16 +31,6 @@ def route_targets(server, route_name):
 
 def model_id(server, name):
     return [m["id"] for m in server.items("/v2/models") if m["name"] == name][0]
-
-
-def wait_for(predicate, timeout=60, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_model_four_steps_sends_the_pairserve_settings(gpustack_server, checkpoint):
