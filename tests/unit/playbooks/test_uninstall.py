@@ -143,8 +143,8 @@ def test_the_removals_come_in_order():
     # The uninstall role's own entry points: the checks before every removal, the report after.
     entries = imported_entry_points()
     assert [e for e in entries if e[0] != "uninstall"] == order
-    assert [e for e in entries if e[0] == "uninstall"] == [("uninstall", "confirm"), ("uninstall", "server"),
-                                                          ("uninstall", "kept")]
+    own = [("uninstall", "confirm"), ("uninstall", "server"), ("uninstall", "kept")]
+    assert [e for e in entries if e[0] == "uninstall"] == own
     assert entries[:2] == [("uninstall", "confirm"), ("uninstall", "server")] and entries[-1] == ("uninstall", "kept")
 
 
