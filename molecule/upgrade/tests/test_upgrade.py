@@ -29,7 +29,7 @@ import yaml
 from lab import pins
 from lab.api import API, REPO, ROUTE, STATE, WEIGHTS, call, items, read_keys, route_weights
 from support.lab_suite import load_summary, rc, results, skip_unless_all_steps
-from support.recap import items, module_args
+from support.recap import items as result_items, module_args
 
 DIR = STATE / "upgrade"
 HUB = json.loads((STATE / "hub.json").read_text()) if (STATE / "hub.json").exists() else {}
@@ -67,7 +67,7 @@ def weight_changes(run) -> list[tuple[str, str]]:
     return [(r["_host"], "drain" if module_args(i).get("drain") else "restore")
             for r in run.where(action="pairserve.llm.gpustack_route", role="maintenance",
                                task_file="maintenance/tasks/weights.yml", status="ok")
-            for i in items(r) if module_args(i)]
+            for i in result_items(r) if module_args(i)]
 
 
 def failure(run, host: str) -> str:
@@ -145,7 +145,7 @@ def test_a_replica_that_fails_verification_is_rolled_back():
     # The previous registration went back (the maintenance role's rollback, gpustack_model per replica).
     rollback = run.where(host="node-a", action="pairserve.llm.gpustack_model",
                          task_file="maintenance/tasks/rollback.yml", status="ok")
-    rolled_back = [module_args(i).get("name") for r in rollback for i in items(r) if module_args(i)]
+    rolled_back = [module_args(i).get("name") for r in rollback for i in result_items(r) if module_args(i)]
     assert rolled_back == [f"{ROUTE}-node-a"], rolled_back
 
 
