@@ -37,6 +37,12 @@ options:
     description:
       - Only items of this cluster, by id or by name. Inference backends belong to no cluster and are all kept.
     type: str
+  worker_uuid:
+    description:
+      - Keep only the worker record registered with this worker UUID (what a worker writes to C(<data_dir>/worker_uuid)
+        when it registers; GPUStack does not show it, its worker list filters by it). Applies to V(workers) only.
+      - An install finds the worker record it owns this way, whatever name the record has.
+    type: str
 extends_documentation_fragment:
   - pairserve.llm.gpustack
   - pairserve.llm.attributes
@@ -141,6 +147,7 @@ def main():
         gather={"type": "list", "elements": "str", "choices": sorted(SOURCES), "default": DEFAULT_GATHER},
         names={"type": "list", "elements": "str"},
         cluster={"type": "str"},
+        worker_uuid={"type": "str"},
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True, required_one_of=GPUSTACK_REQUIRED_ONE_OF)
     p = module.params
@@ -150,7 +157,8 @@ def main():
         cluster_id = client.resolve_cluster_id(p["cluster"])
         for what in p["gather"]:
             endpoint, name_key = SOURCES[what]
-            items = client.list(endpoint)
+            query = {"uuid": p["worker_uuid"]} if what == "workers" and p["worker_uuid"] else None
+            items = client.list(endpoint, query)
             items = [i for i in items if not i.get("deleted_at")]
             if cluster_id is not None and what not in NO_CLUSTER:
                 own = "id" if what == "clusters" else "cluster_id"

@@ -252,11 +252,18 @@ class GpuStackServer:
     _server: subprocess.Popen = None
     _server_cmd: list = None
     _worker: subprocess.Popen = None
+    worker_uuid_file: Path = None
 
     @property
     def auth_args(self) -> dict:
         """Module arguments for an admin-authenticated call."""
         return {"api_url": self.api_url, "username": self.admin_username, "password": self.admin_password}
+
+    @property
+    def worker_uuid(self) -> str:
+        """The worker's identity as GPUStack stored it: the server gives a new worker its UUID and the worker
+        writes it over the one the file held before registration."""
+        return self.worker_uuid_file.read_text().strip()
 
     @property
     def key_args(self) -> dict:
@@ -311,7 +318,8 @@ class GpuStackServer:
 
         worker_dir = self.root / "worker"
         (worker_dir / "data").mkdir(parents=True)
-        (worker_dir / "data" / "worker_uuid").write_text("00000000-0000-4000-8000-%012d\n" % api_port)
+        self.worker_uuid_file = worker_dir / "data" / "worker_uuid"
+        self.worker_uuid_file.write_text("00000000-0000-4000-8000-%012d\n" % api_port)
         worker_port = self.worker_port = free_port()
         worker_cfg = {
             "server_url": self.api_url, "token": self._token, "worker_name": self.worker_name,

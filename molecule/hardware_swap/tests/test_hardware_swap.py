@@ -19,7 +19,7 @@ import testinfra
 
 from lab.api import REPO, ROUTE, STATE, WEIGHTS, items, read_keys, route_weights
 from support.lab_suite import load_summary, rc, results, skip_unless_all_steps
-from support.recap import items as result_items, module_args
+from support.recap import module_args
 
 DIR = STATE / "hardware_swap"
 NEW = json.loads((REPO / "tests" / "fixtures" / "nvml" / "node-b-2x4090.json").read_text())["devices"]
@@ -117,11 +117,12 @@ def test_a_reinstalled_node_rejoins_without_a_ghost_worker(keys):
     old_worker = before["instances"][f"{ROUTE}-node-b"]["worker_id"]
     stale = rebuild_decision(run)["stale_workers"]
     assert [w["id"] for w in stale] == [old_worker], stale
-    # ... and the rebuild removed that record (the role's DELETE of /v2/workers/<id>, changed).
-    removed = [module_args(i).get("url", "")
-               for r in run.where(host="node-b", action="ansible.builtin.uri", role="maintenance", changed=True)
-               for i in result_items(r) if module_args(i).get("method") == "DELETE"]
-    assert [u.rsplit("/v2/workers/", 1)[-1] for u in removed if "/v2/workers/" in u] == [str(old_worker)], removed
+    # ... and the rebuild removed that record (the role's gpustack_remove of the worker, changed).
+    removals = [r for r in run.where(host="node-b", action="pairserve.llm.gpustack_remove", role="maintenance")
+                if module_args(r).get("kind") == "worker"]
+    assert [w["id"] for r in removals for w in r.get("removed", [])] == [old_worker], removals
+    # The management key never shows in a task's arguments (the module's api_key is no_log).
+    assert keys["management"] not in (DIR / "reinstall.jsonl").read_text()
     workers = [w for w in items("/v2/workers", keys["management"]) if w["name"] == "node-b"]
     assert len(workers) == 1 and workers[0]["state"] == "ready", workers
     assert workers[0]["id"] != old_worker, "the worker record was not replaced"
