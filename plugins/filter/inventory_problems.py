@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters pairserve.llm.inventory_problems, inventory_check_vars and gpu_uuid_conflicts (documented in their .yml
-files)."""
+"""Filters pairserve.llm.inventory_problems, inventory_check_vars, controller_problems and gpu_uuid_conflicts
+(documented in their .yml files)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import (
     SECRET_VARS,
     VIEW_VARS,
+    controller_problems as _controller_problems,
     gpu_conflicts,
     problems,
 )
@@ -19,6 +20,14 @@ def inventory_problems(views, groups, constraints_versions=None):
     if not isinstance(views, dict) or not isinstance(groups, dict):
         raise AnsibleFilterError("pairserve.llm.inventory_problems: expected views and groups as dicts")
     return problems(views, groups, constraints_versions)
+
+
+def controller_problems(view, host, nodes):
+    """The controller's problems on ``host`` (documented in controller_problems.yml)."""
+    if not isinstance(view, dict) or not isinstance(nodes, (list, tuple)):
+        raise AnsibleFilterError("pairserve.llm.controller_problems: expected the controller's variables as a dict "
+                                 "and the gpu_nodes hosts as a list")
+    return list(_controller_problems(host, view, list(nodes)))
 
 
 def inventory_check_vars(_input):
@@ -43,4 +52,4 @@ class FilterModule:  # pylint: disable=too-few-public-methods
 
     def filters(self):
         return {"inventory_problems": inventory_problems, "inventory_check_vars": inventory_check_vars,
-                "gpu_uuid_conflicts": gpu_uuid_conflicts}
+                "controller_problems": controller_problems, "gpu_uuid_conflicts": gpu_uuid_conflicts}

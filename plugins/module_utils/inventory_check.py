@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.pairserve.llm.plugins.module_utils import bench_weights, cuda, firewall, hub
+from ansible_collections.pairserve.llm.plugins.module_utils import bench_weights, cuda, firewall, hub, routes
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
     ANY_CHECKPOINT,
@@ -35,6 +35,13 @@ VIEW_VARS = (
     "pairserve_gpustack_worker_service_port_range", "pairserve_gpustack_worker_ray_port_range",
     "pairserve_firewall_table", "pairserve_firewall_allowed_sources", "pairserve_preflight_driver_min_for_runner",
     "pairserve_replica_restart", "pairserve_bench_weights_file", "inventory_dir",
+) + (
+    # the controller's (checked on the server host when it is enabled; playbooks/validate.yml reads the literal
+    # defaults of roles/controller, the role's preflight checks the same rule: controller_problems)
+    "pairserve_controller_enabled", "pairserve_controller_mode", "pairserve_controller_replicas",
+    "pairserve_controller_sleep_replica", "pairserve_controller_min_weight", "pairserve_controller_max_weight",
+    "pairserve_controller_min_change", "pairserve_controller_interval", "pairserve_controller_hold",
+    "pairserve_controller_horizon", "pairserve_controller_model_name",
 )
 # Secrets: the view says only whether each is set (never its value).
 SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_password")
@@ -215,7 +222,94 @@ def problems(views, groups, constraints_versions=None):
         worker_names[worker] = host
     if servers:
         _check_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles)
+        out.extend(controller_problems(servers[0], views.get(servers[0]) or {}, nodes))
     return sorted(out, key=lambda p: (p["host"] != "all", p["host"], p["variable"]))
+
+
+CONTROLLER_MODES = ("weights", "sleep", "both")
+# settings that must be a number above 0 (seconds), or 0 and above (weight points)
+CONTROLLER_POSITIVE = ("pairserve_controller_interval", "pairserve_controller_hold", "pairserve_controller_horizon")
+CONTROLLER_SPEEDS = ("prefill_tps", "decode_tps")
+
+
+def _number(value):
+    """``value`` as a float when it is a number (or a numeric string, as -e gives), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def controller_problems(host, view, nodes):
+    """The problems of the controller's variables on ``host`` (the GPUStack server), none when it is not enabled.
+
+    The validation play checks them with the rest of the inventory; the controller role's preflight checks the
+    same rule with the values it resolved (a controller run without site.yml). ``nodes``: the gpu_nodes hosts."""
+    out = Problems()
+    if not _true(view.get("pairserve_controller_enabled")):
+        return out
+    mode = view.get("pairserve_controller_mode")
+    if mode not in CONTROLLER_MODES:
+        out.add(host, "pairserve_controller_mode", "%r is not one of %s" % (mode, ", ".join(CONTROLLER_MODES)))
+    if view.get("pairserve_serving_mode") == "split":
+        out.add(host, "pairserve_controller_enabled", "split mode gives each profile its own route of one replica: "
+                "there is nothing to weigh or to sleep. Use pairserve_serving_mode: pooled, or turn it off")
+    for var in CONTROLLER_POSITIVE:
+        value = _number(view.get(var))
+        if value is None or value <= 0:
+            out.add(host, var, "%r is not a number of seconds above 0" % (view.get(var),))
+    low, high = view.get("pairserve_controller_min_weight"), view.get("pairserve_controller_max_weight")
+    if not (_is_int(low) and _is_int(high) and 0 <= low <= high <= 100):
+        out.add(host, "pairserve_controller_min_weight", "needs whole numbers 0 <= pairserve_controller_min_weight "
+                "(%r) <= pairserve_controller_max_weight (%r) <= 100" % (low, high))
+    change = view.get("pairserve_controller_min_change")
+    if not _is_int(change) or not 0 <= change <= 100:
+        out.add(host, "pairserve_controller_min_change", "%r is not a whole number of weight points 0-100"
+                % (change,))
+    var = "pairserve_controller_replicas"
+    replicas = view.get(var)
+    if not isinstance(replicas, list) or not replicas or not all(isinstance(r, dict) for r in replicas):
+        out.add(host, var, "expected a list of {name, prefill_tps, decode_tps} (one per target of the route), got %r"
+                % (replicas,))
+        return out
+    names, seen = [r.get("name") for r in replicas], set()
+    for replica in replicas:
+        name = replica.get("name")
+        if not isinstance(name, str) or not NAME.match(name):
+            out.add(host, var, "replica name %r: a GPUStack model name (lower-case letters, digits and dashes)"
+                    % (name,))
+            continue
+        if name in seen:
+            out.add(host, var, "%s is listed twice" % name)
+        seen.add(name)
+        for speed in CONTROLLER_SPEEDS:
+            value = _number(replica.get(speed))
+            if value is None or value <= 0:
+                out.add(host, var, "%s: %s %r is not a speed above 0 (tok/s from playbooks/bench.yml)"
+                        % (name, speed, replica.get(speed)))
+        if "static_weight" in replica:
+            out.add(host, var, "%s: static_weight is not read any more: the controller's static weights are the "
+                    "route's, from pairserve_route_weights. Remove it (and set the host's weight there)" % name)
+        if replica.get("host") is not None and replica.get("host") not in nodes:
+            out.add(host, var, "%s: host %r is not a host of gpu_nodes (%s)" % (name, replica.get("host"),
+                                                                                ", ".join(nodes)))
+    if mode in ("sleep", "both"):
+        sleeper = view.get("pairserve_controller_sleep_replica")
+        if len(replicas) < 2:
+            out.add(host, var, "mode %s needs at least two replicas, so one serves while the other sleeps" % mode)
+        if sleeper not in names:
+            out.add(host, "pairserve_controller_sleep_replica", "%r is not one of pairserve_controller_replicas (%s)"
+                    % (sleeper, ", ".join(map(str, names))))
+    if [p for p in out if p["variable"] == var]:
+        return out  # the split below needs sound replicas
+    model_name = view.get("pairserve_controller_model_name") or view.get("pairserve_model_name")
+    try:
+        routes.static_weights_by_replica(replicas, view.get("pairserve_route_weights") or {}, model_name, list(nodes))
+    except (KeyError, TypeError, ValueError) as err:
+        out.add(host, var, str(err))
+    return out
 
 
 def _check_routes(out, server, view, nodes, profiles):

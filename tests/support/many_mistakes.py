@@ -15,6 +15,7 @@ EXPECTED = frozenset({
     ("node-a", "pairserve_serving_mode"), ("node-a", "pairserve_route_name"), ("node-a", "pairserve_route_weights"),
     ("node-a", "pairserve_replica_env"), ("node-a", "pairserve_gpustack_worker_port"),
     ("node-a", "pairserve_gpustack_tls_key"), ("node-a", "pairserve_bench_weights_file"),
+    ("node-a", "pairserve_controller_sleep_replica"),
     ("node-b", "pairserve_replica_profile"), ("node-b", "pairserve_gpustack_worker_metrics_port"),
     ("node-b", "pairserve_model_name"), ("node-c", "pairserve_profiles"), ("node-c", "pairserve_gpustack_worker_name"),
     ("node-c", "pairserve_firewall_allowed_sources"), ("node-c", "pairserve_gpustack_worker_service_port_range"),

@@ -107,6 +107,65 @@ def test_each_rule(changes, expected):
         assert expected in found, found
 
 
+# -- the controller's variables (checked on the server host when it is on) ------------------------------------------
+
+CONTROLLER_ON = {
+    "node_a__pairserve_controller_enabled": True, "node_a__pairserve_controller_mode": "both",
+    "node_a__pairserve_controller_replicas": [
+        {"name": "qwen-node-a", "prefill_tps": 2767, "decode_tps": 275, "metrics_url": "auto"},
+        {"name": "qwen-node-b", "prefill_tps": 1823, "decode_tps": 220, "metrics_url": "auto"}],
+    "node_a__pairserve_controller_sleep_replica": "qwen-node-b", "node_a__pairserve_controller_min_weight": 5,
+    "node_a__pairserve_controller_max_weight": 95, "node_a__pairserve_controller_min_change": 5,
+    "node_a__pairserve_controller_interval": 5, "node_a__pairserve_controller_hold": 15,
+    "node_a__pairserve_controller_horizon": 30,
+}
+
+
+def _replicas(*changes):
+    return [dict(r, **c) for r, c in zip(CONTROLLER_ON["node_a__pairserve_controller_replicas"], changes)]
+
+
+def test_the_seed_controller_settings_have_no_problem():
+    assert check(**CONTROLLER_ON) == []
+    # off, its variables are not read at all
+    assert check(**dict(CONTROLLER_ON, node_a__pairserve_controller_enabled=False,
+                        node_a__pairserve_controller_mode="sleepy")) == []
+
+
+@pytest.mark.parametrize("changes,variable", [
+    ({"node_a__pairserve_controller_mode": "sleepy"}, "pairserve_controller_mode"),
+    ({"node_a__pairserve_controller_enabled": "true", "node_a__pairserve_controller_sleep_replica": "qwen-node-x"},
+     "pairserve_controller_sleep_replica"),
+    ({"node_a__pairserve_controller_replicas": _replicas({}, {"prefill_tps": 0})}, "pairserve_controller_replicas"),
+    ({"node_a__pairserve_controller_replicas": _replicas({}, {"decode_tps": "fast"})}, "pairserve_controller_replicas"),
+    ({"node_a__pairserve_controller_replicas": _replicas({}, {"name": "qwen-node-a"})}, "pairserve_controller_replicas"),
+    ({"node_a__pairserve_controller_replicas": _replicas({}, {"static_weight": 42})}, "pairserve_controller_replicas"),
+    ({"node_a__pairserve_controller_replicas": _replicas({}, {"name": "qwen-gpu-2"})}, "pairserve_controller_replicas"),
+    ({"node_a__pairserve_controller_replicas": _replicas({}, {"name": "qwen-gpu-2", "host": "node-x"})},
+     "pairserve_controller_replicas"),
+    ({"node_a__pairserve_controller_replicas": "qwen-node-a,qwen-node-b"}, "pairserve_controller_replicas"),
+    ({"node_a__pairserve_controller_replicas": _replicas({})}, "pairserve_controller_replicas"),
+    ({"node_a__pairserve_controller_min_weight": 60, "node_a__pairserve_controller_max_weight": 40},
+     "pairserve_controller_min_weight"),
+    ({"node_a__pairserve_controller_min_change": -1}, "pairserve_controller_min_change"),
+    ({"node_a__pairserve_controller_hold": 0}, "pairserve_controller_hold"),
+    ({"node_a__pairserve_serving_mode": "split", "node_b__pairserve_replica_profile": "text"},
+     "pairserve_controller_enabled"),
+])
+def test_each_controller_rule(changes, variable):
+    assert ("node-a", variable) in check(**dict(CONTROLLER_ON, **changes))
+
+
+def test_a_replica_named_otherwise_is_accepted_with_its_host():
+    renamed = _replicas({}, {"name": "qwen-gpu-2", "host": "node-b"})
+    assert check(**dict(CONTROLLER_ON, node_a__pairserve_controller_replicas=renamed,
+                        node_a__pairserve_controller_sleep_replica="qwen-gpu-2")) == []
+    # a weights-only controller needs no second replica and no sleep replica among them
+    assert check(**dict(CONTROLLER_ON, node_a__pairserve_controller_mode="weights",
+                        node_a__pairserve_controller_replicas=_replicas({}),
+                        node_a__pairserve_controller_sleep_replica="qwen-node-x")) == []
+
+
 # The lab's CPU image names no CUDA in its tag: the lab inventory sets the driver floor it stands in for.
 LAB_IMAGE = {"node_a__pairserve_runner_image": "localhost/pairserve-vllm-cpu:" + pins.VLLM,
              "node_a__pairserve_runner_image_digest": "",

@@ -220,20 +220,23 @@ def test_bad_values_fail_argument_validation_before_any_task(tmp_path, host_vars
 @needs_systemctl
 @pytest.mark.parametrize("host_vars, words", [
     ({"pairserve_controller_mode": "both", "pairserve_controller_sleep_replica": "qwen-node-x"},
-     ["pairserve_controller_sleep_replica (qwen-node-x)"]),
+     ["pairserve_controller_sleep_replica: 'qwen-node-x' is not one of pairserve_controller_replicas"]),
     ({"pairserve_controller_mode": "sleep",
       "pairserve_controller_replicas": [{"name": "qwen-node-a", "prefill_tps": 2767, "decode_tps": 275}]},
      ["at least", "two replicas"]),
     ({"pairserve_controller_replicas": [{"name": "qwen-node-a", "prefill_tps": 0, "decode_tps": 275},
                                         {"name": "qwen-node-b", "prefill_tps": 1823, "decode_tps": 220}]},
-     ["prefill_tps and decode_tps above 0"]),
+     ["qwen-node-a: prefill_tps 0 is not a speed above 0"]),
+    ({"pairserve_controller_replicas": [{"name": "qwen-gpu-1", "prefill_tps": 2767, "decode_tps": 275},
+                                        {"name": "qwen-node-b", "prefill_tps": 1823, "decode_tps": 220}]},
+     ["replica qwen-gpu-1: no inventory host is named by it"]),
     ({"pairserve_controller_min_weight": 60, "pairserve_controller_max_weight": 40}, ["min_weight (60)"]),
 ])
 def test_inconsistent_inventories_fail_in_preflight_naming_the_variable(tmp_path, host_vars, words):
     res = _play(tmp_path, pairserve_controller_enabled=True, **host_vars)
     assert res.rc != 0
     failed = [r for r in res.results if r["_status"] == "failed"]
-    assert [r["_task"] for r in failed] == ["Check the replicas, the sleep replica and the bounds"]
+    assert [r["_task"] for r in failed] == ["Check the replicas, the sleep replica, the bounds and the timings"]
     text = " ".join(failed[0]["msg"].split())
     for word in words:
         assert word in text, text
