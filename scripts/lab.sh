@@ -177,17 +177,14 @@ day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-all}
 # "InvalidCxxCompiler: No working C++ compiler found". With torch.compile off, the function runs eagerly. Set only in
 # this image: the 0.27.1 image (torch 2.13.0) serves as it is.
 declare -A vllm_cpu_image_env=([0.25.1]=TORCH_COMPILE_DISABLE=1)
-# torch 2.11.0's bundled MKL counts cores at `import torch` by pinning the thread to each CPU in turn; a replica
-# booting while the other one serves was then left on the busy core with no CPU time for minutes (the upgrade
-# scenario stalled there, with the previous pins). These images import torch on the replica's own core
-# (scripts/lib/torch_import_affinity.py says how and why).
-declare -A vllm_cpu_image_narrow_torch_import=([0.25.1]=yes)
-
+# `import torch` counts cores by pinning the importing thread to each CPU in turn (torch 2.11.0's bundled MKL, and
+# torch 2.13.0 under vLLM 0.27.1 as well); a replica booting while the other one serves was then left on the busy
+# core with no CPU time for minutes (the upgrade scenario stalled there, with either pins). Every replica image
+# imports torch on the replica's own core (scripts/lib/torch_import_affinity.py says how and why).
 build_replica_image() {  # build_replica_image <vLLM version>: its serving venv (scripts/build_vllm_cpu_serve.sh), then its image
   local version=$1 venv
   venv=$(bash scripts/build_vllm_cpu_serve.sh "$version" | tail -n 1)
-  pairserve_build_vllm_cpu_image "$version" "$venv" \
-    "${vllm_cpu_image_env[$version]:-}" "${vllm_cpu_image_narrow_torch_import[$version]:-}"
+  pairserve_build_vllm_cpu_image "$version" "$venv" "${vllm_cpu_image_env[$version]:-}" narrow-torch-import
 }
 
 prepare_upgrade() {  # what the upgrade scenario's pins need and the default lab (CI) does not build; each once

@@ -1,7 +1,7 @@
 """Lab replica images only: `import torch` on the replica's own CPUs (VLLM_CPU_OMP_THREADS_BIND).
 
-Installed by scripts/lib/vllm-cpu-image.sh into the images that need it (the upgrade scenario's vLLM 0.25.1, whose
-torch 2.11.0 bundles MKL), as site-packages/pairserve_torch_import_affinity.py and a .pth line that imports it.
+Installed by scripts/lib/vllm-cpu-image.sh into every lab replica image (scripts/lab.sh's build_replica_image), as
+site-packages/pairserve_torch_import_affinity.py and a .pth line that imports it.
 
 Why: while `import torch` runs, the MKL bundled in torch 2.11.0's libtorch_cpu counts cores by pinning the importing
 thread to every CPU of its affinity mask in turn (MKL_Read_ThreadENV_Count_Cores, from at::init_num_threads; seen
@@ -11,7 +11,9 @@ to the core where the other replica's worker is busy, and this VM's scheduler th
 all for minutes (runnable, 0 ticks; measured in the upgrade scenario). No MKL or OpenMP variable skips the count
 (MKL_NUM_THREADS, MKL_DYNAMIC, MKL_THREADING_LAYER, KMP_AFFINITY, OMP_PROC_BIND: all tried). So the import runs
 with the affinity narrowed to the CPUs the replica is bound to, and the process gets its full mask back after it.
-torch 2.13.0 (the default lab's vLLM 0.27.1) does not count cores this way; that image does not carry this.
+torch 2.13.0 (vLLM 0.27.1's image) stalls the same way: in the upgrade scenario's move to 0.27.1, node-a's booting
+replica (bound to core 0) had its model-registry subprocess left pinned to core 1, where
+node-b's worker served, with 0.2 s of CPU in 3 minutes, until the verification gave up after 900 s.
 
 A value that is not a CPU list (auto, nobind, unset) leaves everything as it is.
 """

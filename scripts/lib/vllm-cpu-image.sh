@@ -17,7 +17,7 @@ pairserve_vllm_cpu_image() {
 # pairserve_build_vllm_cpu_image <version> [venv] [NAME=VALUE] [narrow-torch-import]: the venv defaults to
 # scripts/build_vllm_cpu.sh's; NAME=VALUE is one more environment variable of the image, and a non-empty fourth
 # argument installs scripts/lib/torch_import_affinity.py (`import torch` on the replica's own CPUs: the file says
-# why). The upgrade scenario's 0.25.1 image needs both.
+# why). The lab's replica images all carry the hook; 0.25.1's also needs a variable.
 pairserve_build_vllm_cpu_image() {
   local version=$1 image venv=${2:-} env=${3:-} hook=${4:-} hook_file hook_sum="" hook_steps="" ctx
   image=$(pairserve_vllm_cpu_image "$version")

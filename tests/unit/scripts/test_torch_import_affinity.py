@@ -1,6 +1,6 @@
 """scripts/lib/torch_import_affinity.py: `import torch` runs on the CPUs of VLLM_CPU_OMP_THREADS_BIND, nothing else.
 
-The lab's 0.25.1 replica image loads the hook from a .pth line; here it is imported the same way, first, in a fresh
+The lab's replica images load the hook from a .pth line; here it is imported the same way, first, in a fresh
 interpreter. The package it narrows is a stand-in named `torch` on a temporary path that records the CPUs it was
 allowed while its module code ran (what MKL's core count inside the real torch 2.11.0 sees); the real torch is not
 in the test venv, and the lab's image build imports the real one through the hook.
