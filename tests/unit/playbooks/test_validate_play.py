@@ -128,8 +128,8 @@ def _replicas(*changes):
 def test_the_seed_controller_settings_have_no_problem():
     assert check(**CONTROLLER_ON) == []
     # off, its variables are not read at all
-    assert check(**dict(CONTROLLER_ON, node_a__pairserve_controller_enabled=False,
-                        node_a__pairserve_controller_mode="sleepy")) == []
+    assert check(**{**CONTROLLER_ON, "node_a__pairserve_controller_enabled": False,
+                    "node_a__pairserve_controller_mode": "sleepy"}) == []
 
 
 @pytest.mark.parametrize("changes,variable", [
@@ -153,17 +153,17 @@ def test_the_seed_controller_settings_have_no_problem():
      "pairserve_controller_enabled"),
 ])
 def test_each_controller_rule(changes, variable):
-    assert ("node-a", variable) in check(**dict(CONTROLLER_ON, **changes))
+    assert ("node-a", variable) in check(**{**CONTROLLER_ON, **changes})
 
 
 def test_a_replica_named_otherwise_is_accepted_with_its_host():
     renamed = _replicas({}, {"name": "qwen-gpu-2", "host": "node-b"})
-    assert check(**dict(CONTROLLER_ON, node_a__pairserve_controller_replicas=renamed,
-                        node_a__pairserve_controller_sleep_replica="qwen-gpu-2")) == []
+    assert check(**{**CONTROLLER_ON, "node_a__pairserve_controller_replicas": renamed,
+                    "node_a__pairserve_controller_sleep_replica": "qwen-gpu-2"}) == []
     # a weights-only controller needs no second replica and no sleep replica among them
-    assert check(**dict(CONTROLLER_ON, node_a__pairserve_controller_mode="weights",
-                        node_a__pairserve_controller_replicas=_replicas({}),
-                        node_a__pairserve_controller_sleep_replica="qwen-node-x")) == []
+    assert check(**{**CONTROLLER_ON, "node_a__pairserve_controller_mode": "weights",
+                    "node_a__pairserve_controller_replicas": _replicas({}),
+                    "node_a__pairserve_controller_sleep_replica": "qwen-node-x"}) == []
 
 
 # The lab's CPU image names no CUDA in its tag: the lab inventory sets the driver floor it stands in for.
