@@ -7,11 +7,12 @@ each GPU of a replica, and podman resolves the names here. The lab's GPUs are re
 edits only set environment variables naming the device (PAIRSERVE_LAB_GPU_<index>=<UUID>, one key per device,
 since podman merges the edits of every requested device): the tests read them in each replica container to
 check it received its own pair's GPUs. No device node is created. Where the toolkit's spec mounts the host's
-nvidia-smi, this one mounts the lab's stand-in (lab/nvidia-smi), which prints the UUIDs those variables name:
-preflight's GPU container check runs `nvidia-smi --query-gpu=uuid --format=csv,noheader` in the runner image, as
-on a real node.
+nvidia-smi, this one mounts the lab's stand-in (lab/nvidia-smi), which prints the UUIDs those variables name; and
+it mounts lab/cuda-uuids, which enumerates the handed-over devices as CUDA would (PCI order from
+PAIRSERVE_LAB_GPU_BUS_<index>, then CUDA_VISIBLE_DEVICES): the runner_image role's GPU container check runs it in
+the runner image where a real node's runs torch.
 
-    python -m lab.cdi [--nvidia-smi PATH] RECORDING NODE OUTPUT    write OUTPUT atomically (podman reads
+    python -m lab.cdi [--nvidia-smi PATH] [--cuda-uuids PATH] RECORDING NODE OUTPUT    write OUTPUT atomically (podman reads
                                                                    /var/run/cdi/*.json)
 """
 
@@ -26,33 +27,55 @@ import sys
 CDI_VERSION = "0.5.0"
 
 
-def spec(recording: dict, node: str, nvidia_smi: str = "") -> dict:
+# Where each spec mounts the lab's stand-in for CUDA's enumeration (lab/cuda-uuids; the lab inventory's
+# pairserve_runner_gpu_check_command runs it).
+CUDA_UUIDS_PATH = "/usr/local/bin/pairserve-lab-cuda-uuids"
+
+
+def _mount(host_path: str, container_path: str) -> dict:
+    # the same options nvidia-ctk writes for the driver's files
+    return {"hostPath": os.path.abspath(host_path), "containerPath": container_path,
+            "options": ["ro", "nosuid", "nodev", "bind"]}
+
+
+def spec(recording: dict, node: str, nvidia_smi: str = "", cuda_uuids: str = "") -> dict:
     devices = []
     for device in recording.get("devices", []):
         uuid, index = device.get("UUID"), device.get("Index")
         if not isinstance(uuid, str) or not uuid.startswith("GPU-") or not isinstance(index, int):
             raise ValueError("device %r of the recording has no GPU UUID or NVML index" % (device.get("Name"),))
-        devices.append({"name": uuid, "containerEdits": {"env": ["PAIRSERVE_LAB_GPU_%d=%s" % (index, uuid)]}})
+        env = ["PAIRSERVE_LAB_GPU_%d=%s" % (index, uuid)]
+        bus = (device.get("PciInfo") or {}).get("busId")
+        if bus:
+            # the device's PCI address: the order CUDA numbers handed-over devices in under PCI_BUS_ID
+            env.append("PAIRSERVE_LAB_GPU_BUS_%d=%s" % (index, bus))
+        devices.append({"name": uuid, "containerEdits": {"env": env}})
     if not devices:
         raise ValueError("the recording lists no device")
     edits = {"env": ["PAIRSERVE_LAB_NODE=%s" % node]}
+    mounts = []
     if nvidia_smi:
-        # where the NVIDIA toolkit's spec mounts the driver's nvidia-smi (the same options nvidia-ctk writes)
-        edits["mounts"] = [{"hostPath": os.path.abspath(nvidia_smi), "containerPath": "/usr/bin/nvidia-smi",
-                            "options": ["ro", "nosuid", "nodev", "bind"]}]
+        # where the NVIDIA toolkit's spec mounts the driver's nvidia-smi
+        mounts.append(_mount(nvidia_smi, "/usr/bin/nvidia-smi"))
+    if cuda_uuids:
+        # where the toolkit's spec mounts the driver's CUDA library, the lab mounts what enumerates like it
+        mounts.append(_mount(cuda_uuids, CUDA_UUIDS_PATH))
+    if mounts:
+        edits["mounts"] = mounts
     return {"cdiVersion": CDI_VERSION, "kind": "nvidia.com/gpu", "devices": devices, "containerEdits": edits}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nvidia-smi", default="", help="the stand-in to mount at /usr/bin/nvidia-smi")
+    parser.add_argument("--cuda-uuids", default="", help="the stand-in to mount at %s" % CUDA_UUIDS_PATH)
     parser.add_argument("recording")
     parser.add_argument("node")
     parser.add_argument("output")
     args = parser.parse_args(argv)
     try:
         with open(args.recording, encoding="utf-8") as handle:
-            made = spec(json.load(handle), args.node, args.nvidia_smi)
+            made = spec(json.load(handle), args.node, args.nvidia_smi, args.cuda_uuids)
     except (OSError, ValueError) as exc:
         print("lab_cdi: %s: %s" % (args.recording, exc), file=sys.stderr)
         return 1

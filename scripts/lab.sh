@@ -303,7 +303,7 @@ day2_upgrade() {
   if [ "$day2_steps" = all ]; then
     # A runner image that exists but cannot serve (the pause image under another name): the replica is drained,
     # registered with it, rolled out, fails verification, and is put back exactly as it was.
-    lab_podman tag docker.io/gpustack/runtime:pause localhost/pairserve-vllm-cpu:broken
+    lab_podman tag localhost/pairserve-runtime:pause localhost/pairserve-vllm-cpu:broken
     echo "=== lab upgrade: a runner image that cannot serve (expected: drained, verified, rolled back)"
     play "$dir/broken-image.log" "$dir/broken-image.rc" playbooks/upgrade.yml \
       -e '{"pairserve_runner_image": "localhost/pairserve-vllm-cpu:broken", "pairserve_verify_wait_timeout": 150}'
@@ -671,7 +671,8 @@ gpu_stand_in() {  # gpu_stand_in <node> <recording>: the NVML answers the node r
   mkdir -p "$state/nvml-hook/hosts"
   install -m 0644 "$2" "$state/nvml-hook/hosts/.$1.json.tmp"
   mv "$state/nvml-hook/hosts/.$1.json.tmp" "$state/nvml-hook/hosts/$1.json"
-  python3 -m lab.cdi --nvidia-smi "$state/nvml-hook/nvidia-smi" "$2" "$1" "$cdi_dir/pairserve-lab-$1.json"
+  python3 -m lab.cdi --nvidia-smi "$state/nvml-hook/nvidia-smi" --cuda-uuids "$state/nvml-hook/cuda-uuids" \
+    "$2" "$1" "$cdi_dir/pairserve-lab-$1.json"
 }
 
 gpu_stand_ins() {
@@ -680,6 +681,7 @@ gpu_stand_ins() {
   cp scripts/lib/nvml_sitecustomize.py "$state/nvml-hook/sitecustomize.py"
   cp plugins/module_utils/nvml_replay.py "$state/nvml-hook/nvml_replay.py"
   install -m 0755 lab/nvidia-smi "$state/nvml-hook/nvidia-smi"  # what each CDI spec mounts at /usr/bin/nvidia-smi
+  install -m 0755 lab/cuda-uuids "$state/nvml-hook/cuda-uuids"  # and in the place of CUDA's enumeration
   for node in "${nodes[@]}"; do
     recording=$(recording_of "$node")
     [ -n "$recording" ] || { echo "lab: no pairserve_lab_nvml_recording in inventory/lab/host_vars/$node.yml" >&2; return 1; }
@@ -738,35 +740,47 @@ fresh_check() {  # site.yml --check on nodes nothing was installed on yet: rc 0,
 recap_changed() { awk '/PLAY RECAP/{r=1} r && /changed=/{sub(/.*changed=/,""); s+=$1} END{print s+0}' "$1"; }
 
 build_runtime_stand_ins() {
-  # gpustack-runtime 0.2.1 cannot pull through podman ('APIClient' object has no attribute 'pull'), so
-  # every image it starts must be local: its pause container and its autoheal container are stood in for
-  # by the node image running `sleep infinity` (the lab has no autoheal; GPUStack's restart_on_error stays).
+  # gpustack-runtime's pause container and its autoheal container are stood in for by the node image running
+  # `sleep infinity` (the lab has no autoheal; GPUStack's restart_on_error stays). They reach the nodes as on a
+  # real node: pushed to the lab registry, pinned by digest (push_runner_image), pulled by the runner_image role.
   local tag ctx
   for tag in pause health; do
-    podman image exists "docker.io/gpustack/runtime:$tag" &&
-      [ "$(pairserve_image_recipe "docker.io/gpustack/runtime:$tag")" = "$PAIRSERVE_NODE_IMAGE_RECIPE" ] && continue
+    podman image exists "localhost/pairserve-runtime:$tag" &&
+      [ "$(pairserve_image_recipe "localhost/pairserve-runtime:$tag")" = "$PAIRSERVE_NODE_IMAGE_RECIPE" ] && continue
     ctx=$(mktemp -d)
     # SIGKILL: `sleep` as PID 1 ignores SIGTERM, and a stop would wait out its timeout.
     printf 'FROM %s\nLABEL org.pairserve.lab=true org.pairserve.stand-in=gpustack/runtime:%s\nSTOPSIGNAL SIGKILL\nCMD ["sleep", "infinity"]\n' \
       "$PAIRSERVE_NODE_IMAGE" "$tag" >"$ctx/Containerfile"
-    podman build --quiet --network none -t "docker.io/gpustack/runtime:$tag" "$ctx" >/dev/null
+    podman build --quiet --network none -t "localhost/pairserve-runtime:$tag" "$ctx" >/dev/null
     rm -rf "$ctx"
-    echo "LAB: docker.io/gpustack/runtime:$tag is a local stand-in (sleep infinity), not GPUStack's image"
+    echo "LAB: localhost/pairserve-runtime:$tag stands in for gpustack/runtime:$tag (sleep infinity)"
   done
 }
 
-push_runner_image() {  # the runner image into the lab registry; its digest becomes the lab's pin
-  local want="$PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu:{{ pairserve_vllm_version }}" pinned
+push_runner_image() {  # the runner, pause and health images into the lab registry; their digests become the lab's pins
+  local want="$PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu:{{ pairserve_vllm_version }}" pinned tag
   pinned=$(pairserve_pin "$lab_pins" pairserve_runner_image) || return
   [ "$pinned" = "$want" ] || { echo "lab: $lab_pins pins pairserve_runner_image '$pinned'; the lab pushes '$want'" >&2; return 1; }
+  for tag in pause health; do
+    pinned=$(pairserve_pin "$lab_pins" "pairserve_runtime_${tag}_image") || return
+    [ "$pinned" = "$PAIRSERVE_LAB_REGISTRY/lab/runtime:$tag" ] ||
+      { echo "lab: $lab_pins pins pairserve_runtime_${tag}_image '$pinned'; the lab pushes '$PAIRSERVE_LAB_REGISTRY/lab/runtime:$tag'" >&2; return 1; }
+  done
   pairserve_lab_registry_start "$state"
   CONTAINERS_REGISTRIES_CONF=$state/registries.conf \
     pairserve_lab_registry_push "$image" "lab/vllm-cpu:$vllm_version" "$state/runner.digest"
+  for tag in pause health; do
+    CONTAINERS_REGISTRIES_CONF=$state/registries.conf \
+      pairserve_lab_registry_push "localhost/pairserve-runtime:$tag" "lab/runtime:$tag" "$state/runtime-$tag.digest"
+  done
   cat >"$digest_vars" <<VARS
 ---
-# Written by scripts/lab.sh (git-ignored, removed by \`scripts/lab.sh down\`): the digest the lab registry gave
-# the runner image $image when it was pushed as $PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu:$vllm_version (pins.yml).
+# Written by scripts/lab.sh (git-ignored, removed by \`scripts/lab.sh down\`): the digests the lab registry gave
+# the runner image $image when it was pushed as $PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu:$vllm_version (pins.yml),
+# and the pause and health stand-ins pushed as $PAIRSERVE_LAB_REGISTRY/lab/runtime:pause and :health.
 pairserve_runner_image_digest: "$(cat "$state/runner.digest")"
+pairserve_runtime_pause_image_digest: "$(cat "$state/runtime-pause.digest")"
+pairserve_runtime_health_image_digest: "$(cat "$state/runtime-health.digest")"
 VARS
 }
 
@@ -853,7 +867,7 @@ down() {
   stop_pid "$state/registry.pid"
   rm -rf "$run_dir" "$data_dir" "$state" "$hub_vars" "$upgrade_pins" "$digest_vars" "$cdi_dir"/pairserve-lab-*.json
   if [ "${1:-}" = --images ]; then
-    podman rmi -f "$image" "$PAIRSERVE_NODE_IMAGE" docker.io/gpustack/runtime:pause docker.io/gpustack/runtime:health >/dev/null 2>&1 || true
+    podman rmi -f "$image" "$PAIRSERVE_NODE_IMAGE" localhost/pairserve-runtime:pause localhost/pairserve-runtime:health >/dev/null 2>&1 || true
     rm -rf "$PAIRSERVE_LAB_REGISTRY_DIR"
   fi
   echo "lab: down (cached images kept unless --images: $image, $PAIRSERVE_NODE_IMAGE)"
@@ -953,7 +967,7 @@ uninstall_proof() {  # uninstall.yml on the converged lab, then each node agains
   mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
     grep -E ':(30080|30443|10150|10151|10161|10170|10171|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
   mapfile -t -O ${#found[@]} found < <(lab_podman images --format '{{.Repository}}@{{.Digest}}' 2>/dev/null |
-    grep -F "$PAIRSERVE_LAB_REGISTRY/lab/vllm-cpu" | sed 's/^/runner image /')
+    grep -E "^$PAIRSERVE_LAB_REGISTRY/lab/(vllm-cpu|runtime)@" | sed 's/^/pinned image /')
   mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server)$' | sed 's/^/firewall /')
   # nginx's tree is kept as the package's; the collection's site in it is not.
   mapfile -t -O ${#found[@]} found < <(podman exec pairserve-lab-node-a sh -c \

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.pairserve.llm.plugins.module_utils import bench_weights, cuda, firewall, hub, routes
+from ansible_collections.pairserve.llm.plugins.module_utils import (
+    bench_weights,
+    container_runtime,
+    cuda,
+    firewall,
+    hub,
+    routes,
+)
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
     ANY_CHECKPOINT,
@@ -35,6 +42,9 @@ VIEW_VARS = (
     "pairserve_gpustack_worker_service_port_range", "pairserve_gpustack_worker_ray_port_range",
     "pairserve_firewall_table", "pairserve_firewall_allowed_sources", "pairserve_preflight_driver_min_for_runner",
     "pairserve_replica_restart", "pairserve_bench_weights_file", "inventory_dir",
+    "pairserve_runtime_pause_image", "pairserve_runtime_pause_image_digest", "pairserve_runtime_health_image",
+    "pairserve_runtime_health_image_digest", "pairserve_runner_runtime", "pairserve_runner_runtime_host",
+    "pairserve_gpustack_worker_env",
 ) + (
     # the controller's (checked on the server host when it is enabled; playbooks/validate.yml reads the literal
     # defaults of roles/controller, the role's preflight checks the same rule: controller_problems)
@@ -110,6 +120,37 @@ def _check_pins(out, host, view, constraints_versions):
         if not lab_local:
             out.add(host, "pairserve_runner_image_digest", "%r is not sha256:<64 hex>: a tag can be re-pushed"
                     % (digest,))
+
+
+def _check_runtime(out, host, view):
+    """gpustack-runtime's pause and health images pinned by digest; the runtime and its endpoint; no runtime setting
+    of the collection's in the worker's environment (container_runtime owns their names)."""
+    for role in ("pause", "health"):
+        var = "pairserve_runtime_%s_image" % role
+        image, digest = view.get(var), view.get(var + "_digest")
+        if not isinstance(image, str) or not image or any(c.isspace() for c in image):
+            out.add(host, var, "%r is not an image reference: pin gpustack-runtime's %s image (e.g. "
+                    "docker.io/gpustack/runtime:%s) in group_vars/all/pins.yml; every replica starts a container "
+                    "from it" % (image, role, role))
+        elif "@" in image:
+            out.add(host, var, "%s carries a digest: put it in %s_digest" % (image, var))
+        if not (isinstance(digest, str) and DIGEST.match(digest)):
+            out.add(host, var + "_digest", "%r is not sha256:<64 hex>: the runtime pulls %s by its floating tag "
+                    "otherwise (find the digest with `docker buildx imagetools inspect %s`)"
+                    % (digest, image if isinstance(image, str) and image else "the image", image or "IMAGE"))
+    runtime = view.get("pairserve_runner_runtime") or "docker"
+    try:
+        container_runtime.endpoint(runtime, view.get("pairserve_runner_runtime_host") or "")
+    except container_runtime.ContainerRuntimeError as err:
+        variable = "pairserve_runner_runtime" if runtime not in container_runtime.RUNTIMES else "pairserve_runner_runtime_host"
+        out.add(host, variable, str(err).split(": ", 1)[-1])
+    env = view.get("pairserve_gpustack_worker_env")
+    if env is not None and not isinstance(env, dict):
+        out.add(host, "pairserve_gpustack_worker_env", "expected a dict of variable -> value, got %s"
+                % type(env).__name__)
+    else:
+        for problem in container_runtime.owned_env_problems(env):
+            out.add(host, "pairserve_gpustack_worker_env", problem)
 
 
 def _check_ports(out, host, view):
@@ -200,6 +241,7 @@ def problems(views, groups, constraints_versions=None):
         name = view.get("pairserve_replica_profile")
         _check_profile(out, host, view, name)
         _check_env(out, host, view)
+        _check_runtime(out, host, view)
         if view.get("pairserve_replica_restart") not in (None, False):
             # The drained restart's own switch (role maintenance, entry point restart): set for a whole run, every
             # registration would delete the node's running instances without draining them first.

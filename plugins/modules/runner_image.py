@@ -26,16 +26,19 @@ author:
 options:
   vllm_version:
     description:
-      - The pinned vLLM version (C(backend_version) of the replicas). Required with O(state=present).
+      - The pinned vLLM version (C(backend_version) of the replicas). Required with O(state=present) unless O(image)
+        is given.
     type: str
   cuda_version:
     description:
       - The node's CUDA driver version, as NVML reports it (V(13000)) or dotted (V(13.0)); C(pairserve_gpu.cuda_driver_version).
-      - Required with O(state=present).
+      - Required with O(state=present) unless O(image) is given.
     type: str
   image:
     description:
       - Use this image instead of resolving it from the catalogue (a mirror, or the lab's locally built CPU image).
+      - Any other image the worker needs on the node goes the same way, for example gpustack-runtime's pause and
+        health images (role P(pairserve.llm.runner_image#role) pulls those pinned by digest).
       - Required with O(state=absent), which never reads the catalogue.
     type: str
   digest:
@@ -203,7 +206,7 @@ def main():
             platform=dict(type="str", default="linux/amd64"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
         ),
-        required_if=[("state", "present", ["vllm_version", "cuda_version"]), ("state", "absent", ["image"])],
+        required_if=[("state", "absent", ["image"])],
         supports_check_mode=True,
     )
     params = module.params
@@ -214,6 +217,9 @@ def main():
                              "(docker buildx imagetools inspect IMAGE shows it)" % digest)
 
     name = params["image"]
+    if not name and params["state"] == "present" and not (params["vllm_version"] and params["cuda_version"]):
+        module.fail_json(msg="state is present and image is not given: vllm_version and cuda_version are required "
+                             "to resolve the runner image from GPUStack's catalogue")
     if not name:
         try:
             entry = select_image(catalogue_entries(module), params["vllm_version"], params["cuda_version"],
@@ -242,13 +248,13 @@ def main():
     result["present"] = rc == 0
     if not result["present"]:
         if not params["pull"]:
-            module.fail_json(msg="runner image %s is not present on this node and pull=false; load it with "
+            module.fail_json(msg="image %s is not present on this node and pull=false; load it with "
                                  "`%s load` or allow the pull" % (reference, params["runtime"]), **result)
         result.update(changed=True, pulled=True, diff=dict(before="", after="image %s\n" % reference))
         if not module.check_mode:
             rc, out, err = module.run_command([binary] + remote + ["pull", reference], environ_update=env)
             if rc != 0:
-                module.fail_json(msg="pulling runner image %s failed: %s" % (reference, (err or out).strip()),
+                module.fail_json(msg="pulling image %s failed: %s" % (reference, (err or out).strip()),
                                  **result)
     module.exit_json(**result)
 

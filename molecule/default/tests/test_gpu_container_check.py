@@ -1,11 +1,13 @@
-"""Preflight's GPU container check cannot pass vacuously: the runner image, run with each pair's GPUs, must see
-exactly them from inside.
+"""The GPU container check cannot pass vacuously: the runner image, started as GPUStack starts each pair's replica
+(privileged, every GPU of the node handed over, CUDA_VISIBLE_DEVICES = the pair's GPUStack indexes, PCI bus order),
+must see exactly the pair through CUDA's enumeration (the lab's stand-in for it, lab/cuda-uuids).
 
 One run of `site.yml --tags runner_image` on the converged lab, with node-a's CDI spec still *naming* both of its
-GPUs (so the spec check passes) but no longer handing its second GPU to a container (the device's edits no longer
-carry it, as a stale or hand-edited spec can do). node-a must fail at the GPU container check naming the GPU the
-container did not receive; node-b, whose spec is intact, must pass the same check with both of its UUIDs; nothing
-is changed on either node. The spec is restored after the run, whatever happens.
+GPUs (so the spec check passes) but handing another card than its second GPU to a container under that name (the
+device's edits carry node-b's card at the same PCI address, as a stale spec after a card swap does). node-a must
+fail at the GPU container check naming the GPU CUDA did not see and the card it saw instead, with the node's PCI
+order; node-b, whose spec is intact, must pass the same check with both of its UUIDs; nothing is changed on either
+node. The spec is restored after the run, whatever happens.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 from lab.api import REPO
 
 SPEC = Path("/var/run/cdi/pairserve-lab-node-a.json")
-CHECK = "Check that each pair's container received exactly that pair's GPUs"
+CHECK = "Check that CUDA in each pair's container sees exactly that pair's GPUs"
+OTHER_SPEC = Path("/var/run/cdi/pairserve-lab-node-b.json")
 
 
 def _write(path: Path, text: str) -> None:
@@ -32,9 +35,12 @@ def test_a_gpu_the_container_does_not_receive_fails_naming_it_and_a_whole_pair_p
     original = SPEC.read_text(encoding="utf-8")
     spec = json.loads(original)
     kept, dropped = spec["devices"][0]["name"], spec["devices"][1]["name"]
-    assert kept.startswith("GPU-") and dropped.startswith("GPU-"), spec
-    # still a valid spec (CDI refuses a device without edits): the device resolves, its GPU never reaches the container
-    spec["devices"][1]["containerEdits"] = {"env": ["PAIRSERVE_LAB_STALE_DEVICE=1"]}
+    foreign = json.loads(OTHER_SPEC.read_text(encoding="utf-8"))["devices"][0]["name"]
+    assert kept.startswith("GPU-") and dropped.startswith("GPU-") and foreign not in (kept, dropped), spec
+    # the name still resolves, but the device handed over under it is node-b's card at the same PCI address
+    spec["devices"][1]["containerEdits"] = {"env": [e.replace(dropped, foreign)
+                                                    for e in spec["devices"][1]["containerEdits"]["env"]]}
+    assert any(foreign in e for e in spec["devices"][1]["containerEdits"]["env"]), spec
     _write(SPEC, json.dumps(spec, indent=1) + "\n")
     try:
         run = subprocess.run([str(REPO / ".venv/bin/ansible-playbook"), "-i", "inventory/lab/hosts.yml", "site.yml",
@@ -47,10 +53,13 @@ def test_a_gpu_the_container_does_not_receive_fails_naming_it_and_a_whole_pair_p
     failed = re.search(r"TASK \[pairserve\.llm\.runner_image : %s\].*?(?=TASK \[|PLAY RECAP)" % re.escape(CHECK), out)
     assert failed, run.stdout[-4000:]
     block = failed.group(0)
-    # node-a: the container saw its first GPU only, and the message names the one it did not receive
-    saw = r"failed: \[node-a\].{0,8000}?the container saw %s; missing %s" % (re.escape(kept), re.escape(dropped))
+    # node-a: CUDA saw its first GPU and the foreign card; the message names the missing one, the foreign one and the
+    # way GPUStack starts the replica
+    saw = r"failed: \[node-a\].{0,8000}?CUDA saw %s, %s; missing %s; not of the pair %s" % (
+        re.escape(kept), re.escape(foreign), re.escape(dropped), re.escape(foreign))
     assert re.search(saw, block), block
-    assert "nvidia.com/gpu=<UUID>" in block and "nvidia-ctk cdi generate" in block, block
+    assert "privileged" in block and "CUDA_VISIBLE_DEVICES=0,1" in block and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in block
+    assert "PCI order" in block and "nvidia.com/gpu=<UUID>" in block and "nvidia-ctk cdi generate" in block, block
     # node-b: its pair's container saw both of its GPUs
     assert re.search(r"ok: \[node-b\] => \(item=pair 0\)", block), block
     assert "failed: [node-b]" not in block, block

@@ -50,6 +50,10 @@ GOOD_VIEW = {
     "pairserve_gpustack_api_port": 30080, "pairserve_gpustack_worker_port": 10150,
     "pairserve_gpustack_worker_metrics_port": 10151, "pairserve_gpustack_worker_name": None,
     "pairserve_gpustack_admin_password_set": True, "pairserve_gpustack_db_password_set": True,
+    "pairserve_runtime_pause_image": "docker.io/gpustack/runtime:pause",
+    "pairserve_runtime_pause_image_digest": "sha256:" + "1" * 64,
+    "pairserve_runtime_health_image": "docker.io/gpustack/runtime:health",
+    "pairserve_runtime_health_image_digest": "sha256:" + "2" * 64,
 }
 GROUPS = {"gpustack_server": ["node-a"], "gpu_nodes": ["node-a", "node-b"]}
 
@@ -98,6 +102,28 @@ def test_the_seed_inventory_has_no_problem():
       "node_b__pairserve_replica_profile": "text"}, ("node-a", "pairserve_bench_weights_file")),
     ({"node_a__pairserve_bench_weights_file": "w.yml", "node_a__inventory_dir": "/tmp"}, None),
     ({"node_a__pairserve_bench_weights_file": ""}, None),
+    # gpustack-runtime's pause and health images: pinned by digest, the digest in its own variable.
+    ({"node_b__pairserve_runtime_pause_image_digest": ""}, ("node-b", "pairserve_runtime_pause_image_digest")),
+    ({"node_b__pairserve_runtime_pause_image": None}, ("node-b", "pairserve_runtime_pause_image")),
+    ({"node_a__pairserve_runtime_health_image": "docker.io/gpustack/runtime:health@sha256:" + "2" * 64},
+     ("node-a", "pairserve_runtime_health_image")),
+    ({"node_a__pairserve_runtime_health_image_digest": "sha256:REPLACE-WITH-THE-DIGEST-OF-THE-HEALTH-IMAGE"},
+     ("node-a", "pairserve_runtime_health_image_digest")),
+    # The runtime and its endpoint; the worker environment the collection owns.
+    ({"node_b__pairserve_runner_runtime": "containerd"}, ("node-b", "pairserve_runner_runtime")),
+    ({"node_b__pairserve_runner_runtime_host": "run/podman.sock"}, ("node-b", "pairserve_runner_runtime_host")),
+    ({"node_b__pairserve_runner_runtime": "podman",
+      "node_b__pairserve_runner_runtime_host": "unix:///run/podman-gpu/podman.sock"}, None),
+    ({"node_b__pairserve_gpustack_worker_env": {"GPUSTACK_RUNTIME_PODMAN_HOST": "http+unix:///x.sock"}},
+     ("node-b", "pairserve_gpustack_worker_env")),
+    ({"node_b__pairserve_gpustack_worker_env": {"GPUSTACK_PROXY_TIMEOUT_SECONDS": "60"}},
+     ("node-b", "pairserve_gpustack_worker_env")),
+    ({"node_b__pairserve_gpustack_worker_env": {"DOCKER_HOST": "tcp://10.0.0.1:2375"}},
+     ("node-b", "pairserve_gpustack_worker_env")),
+    ({"node_b__pairserve_gpustack_worker_env": ["GPUSTACK_RUNTIME_DEPLOY=Docker"]},
+     ("node-b", "pairserve_gpustack_worker_env")),
+    ({"node_b__pairserve_gpustack_worker_env": {"GPUSTACK_RUNTIME_DEPLOY_LABEL_PREFIX": "b.runtime.gpustack.ai"}},
+     None),
 ])
 def test_each_rule(changes, expected):
     found = check(**changes)

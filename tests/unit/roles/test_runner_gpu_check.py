@@ -1,7 +1,8 @@
 """The runner image role's GPU container check (tasks/gpu_check.yml) and Docker's hand-over check (tasks/runtime.yml)
-through Ansible, with a `docker` stand-in on PATH: what the container is asked to run and with which GPUs, and what
-passes and fails for what the container reports seeing. (The lab runs the same check with podman, CDI and the lab's
-nvidia-smi stand-in: molecule/default/tests/test_gpu_container_check.py.)"""
+through Ansible, with a `docker` stand-in on PATH: how the probe container is started (as GPUStack starts a replica:
+privileged, every GPU of the node, CUDA_VISIBLE_DEVICES = the pair's GPUStack indexes, PCI bus order) and what
+passes and fails for what CUDA inside reports. (The lab runs the same check with podman, CDI and the lab's stand-in
+for CUDA's enumeration: molecule/default/tests/test_gpu_container_check.py.)"""
 
 from __future__ import annotations
 
@@ -14,11 +15,18 @@ import pytest
 from lab.ansible_runner import run_local_play
 
 A, B = "GPU-5080a000-0000-4000-8000-000000000001", "GPU-5080a000-0000-4000-8000-000000000002"
+C, D = "GPU-5080a000-0000-4000-8000-000000000003", "GPU-5080a000-0000-4000-8000-000000000004"
 OTHER = "GPU-4070b000-0000-4000-8000-000000000009"
 IMAGE = "docker.io/gpustack/runner:cuda12.9-vllm0.25.1@sha256:" + "1" * 64
+# A node with two pairs, listed in PCI bus order (which CUDA follows under CUDA_DEVICE_ORDER=PCI_BUS_ID).
+GPUS = [{"uuid": u, "bus_id": "00000000:0%d:00.0" % n, "name": "NVIDIA GeForce RTX 5080", "index": n - 1}
+        for n, u in enumerate((A, B, C, D), start=1)]
+PAIRS = [{"index": 0, "uuids": [A, B], "gpustack_gpu_indexes": [0, 1]},
+         {"index": 1, "uuids": [C, D], "gpustack_gpu_indexes": [2, 3]}]
 
-# `docker run` as the NVIDIA runtime and nvidia-smi would answer: the GPUs named by NVIDIA_VISIBLE_DEVICES or by CDI
-# (--device=nvidia.com/gpu=<UUID>), one per line; MODE changes what the container sees.
+# `docker run` as the NVIDIA runtime and CUDA would answer: the GPUs handed over (NVIDIA_VISIBLE_DEVICES or CDI
+# --device=nvidia.com/gpu=<UUID>, in the order given, which the role gives in PCI order), then the ordinals of
+# CUDA_VISIBLE_DEVICES picked from them, one UUID per line; MODE changes what the runtime hands over.
 SHIM = r'''#!/bin/sh
 echo "$@" >> "$CALLS"
 case "$1" in
@@ -29,20 +37,26 @@ case "$1" in
   *) exit 1 ;;
 esac
 [ "$MODE" = broken ] && { echo "docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]]." >&2; exit 125; }
+visible=
+for a in "$@"; do
+  case "$a" in
+    --env=CUDA_VISIBLE_DEVICES=*) visible=${a#*=*=} ;;
+  esac
+done
 for a in "$@"; do
   case "$a" in
     --env=NVIDIA_VISIBLE_DEVICES=*) echo "${a#*=*=}" | tr ',' '\n' ;;
     --device=nvidia.com/gpu=*) echo "${a#*=*=}" ;;
   esac
 done | case "$MODE" in
-  first) head -n 1 ;;
-  extra) cat; echo "GPU-4070b000-0000-4000-8000-000000000009" ;;
+  swapped) sed "s/$SWAP_FROM/$SWAP_TO/" ;;
   *) cat ;;
-esac
+esac > "$CALLS.handed"
+for i in $(echo "$visible" | tr ',' ' '); do sed -n "$((i + 1))p" "$CALLS.handed"; done
 '''
 
 
-def play(tmp_path: Path, tasks_from: str, mode="ok", info='{"DefaultRuntime": "nvidia"}', **more):
+def play(tmp_path: Path, tasks_from: str, mode="ok", info='{"DefaultRuntime": "nvidia"}', swap=("", ""), **more):
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     shim = bindir / "docker"
@@ -51,11 +65,11 @@ def play(tmp_path: Path, tasks_from: str, mode="ok", info='{"DefaultRuntime": "n
     calls = tmp_path / "calls.log"
     calls.write_text("")
     variables = {"pairserve_runner_runtime": "docker", "pairserve_runner_image_ref": IMAGE,
-                 "pairserve_gpu": {"pairs": [{"index": 0, "uuids": [A, B]}]}, **more}
+                 "pairserve_gpu": {"gpus": GPUS, "pairs": PAIRS}, **more}
     res = run_local_play(tmp_path, "GPU check", [{"name": "Check", "ansible.builtin.include_role": {
         "name": "pairserve.llm.runner_image", "tasks_from": tasks_from}}], variables,
         env={"PATH": "%s%s%s" % (bindir, os.pathsep, os.environ["PATH"]), "CALLS": str(calls), "MODE": mode,
-             "INFO": info})
+             "INFO": info, "SWAP_FROM": swap[0], "SWAP_TO": swap[1]})
     return res, [line.split() for line in calls.read_text().splitlines()]
 
 
@@ -67,34 +81,48 @@ def failed_msg(res):
     return " ".join(str((items[0] if items else failed[-1]).get("msg", "")).split())
 
 
-def test_the_pair_is_handed_over_as_gpustack_does_and_seen_whole(tmp_path):
+def test_each_pair_is_started_as_gpustack_starts_its_replica_and_cuda_sees_it_whole(tmp_path):
     res, calls = play(tmp_path, "gpu_check")
     assert res.rc == 0, res.stdout[-3000:]
-    run, = [c for c in calls if c[0] == "run"]
-    # Docker's default road: NVIDIA_VISIBLE_DEVICES by UUID, the pinned image by digest, never pulled, no network
-    assert "--env=NVIDIA_VISIBLE_DEVICES=%s,%s" % (A, B) in run and "--pull=never" in run and "--rm" in run
-    assert "--network=none" in run and run[run.index("--entrypoint") + 1] == "nvidia-smi"
-    assert run[run.index(IMAGE) + 1:] == ["--query-gpu=uuid", "--format=csv,noheader"]
+    runs = [c for c in calls if c[0] == "run"]
+    assert len(runs) == 2
+    for run, visible in zip(runs, ("0,1", "2,3")):
+        # privileged, every GPU of the node by UUID (Docker's default road), the pair by GPUStack's indexes
+        assert "--privileged" in run and "--env=NVIDIA_VISIBLE_DEVICES=%s" % ",".join((A, B, C, D)) in run, run
+        assert "--env=CUDA_VISIBLE_DEVICES=%s" % visible in run and "--env=CUDA_DEVICE_ORDER=PCI_BUS_ID" in run
+        # the pinned image by digest, never pulled, no network; CUDA asked through torch
+        assert "--pull=never" in run and "--rm" in run and "--network=none" in run
+        assert run[run.index("--entrypoint") + 1] == "python3" and IMAGE in run
+    assert "torch.cuda.device_count()" in " ".join(runs[0])
 
 
-def test_the_cdi_policy_asks_for_each_gpu_by_its_cdi_name(tmp_path):
+def test_the_cdi_policy_hands_every_gpu_over_by_its_cdi_name(tmp_path):
     res, calls = play(tmp_path, "gpu_check",
                       pairserve_gpustack_worker_env={"GPUSTACK_RUNTIME_DOCKER_RESOURCE_INJECTION_POLICY": "cdi"})
     assert res.rc == 0, res.stdout[-3000:]
-    run, = [c for c in calls if c[0] == "run"]
-    assert "--device=nvidia.com/gpu=%s" % A in run and "--device=nvidia.com/gpu=%s" % B in run
+    run = [c for c in calls if c[0] == "run"][0]
+    assert all("--device=nvidia.com/gpu=%s" % u in run for u in (A, B, C, D)), run
     assert not [a for a in run if "NVIDIA_VISIBLE_DEVICES" in a]
 
 
-@pytest.mark.parametrize("mode,words", [
-    ("first", ["the container saw %s; missing %s" % (A, B)]),
-    ("extra", ["not asked for %s" % OTHER]),
-    ("broken", ["failed (rc=125)", "could not select device driver", "--set-as-default"]),
-])
-def test_a_container_that_does_not_see_exactly_its_pair_fails_naming_what_differs(tmp_path, mode, words):
-    res, _calls = play(tmp_path, "gpu_check", mode=mode)
+def test_indexes_that_are_not_cudas_ordinals_fail_naming_both_orders(tmp_path):
+    # GPUStack's indexes for pair 1 name the other pair's cards in CUDA's order
+    pairs = [PAIRS[0], dict(PAIRS[1], gpustack_gpu_indexes=[0, 1])]
+    res, _calls = play(tmp_path, "gpu_check", pairserve_gpu={"gpus": GPUS, "pairs": pairs})
     msg = failed_msg(res)
-    assert "did not give pair 0 of localhost its GPUs" in msg and all(w in msg for w in words), msg
+    assert "pair 1 (%s, %s)" % (C, D) in msg and "CUDA_VISIBLE_DEVICES=0,1" in msg, msg
+    assert "CUDA saw %s, %s; missing %s, %s; not of the pair %s, %s" % (A, B, C, D, A, B) in msg, msg
+    assert "0=%s" % A in msg and "3=%s" % D in msg and "bus 00000000:04:00.0" in msg, msg
+
+
+@pytest.mark.parametrize("mode,swap,words", [
+    ("swapped", (B, OTHER), ["CUDA saw %s, %s; missing %s; not of the pair %s" % (A, OTHER, B, OTHER)]),
+    ("broken", ("", ""), ["failed (rc=125)", "could not select device driver", "--set-as-default"]),
+])
+def test_a_container_whose_cuda_does_not_see_exactly_its_pair_fails_naming_what_differs(tmp_path, mode, swap, words):
+    res, _calls = play(tmp_path, "gpu_check", mode=mode, swap=swap)
+    msg = failed_msg(res)
+    assert "localhost: pair 0" in msg and "privileged" in msg and all(w in msg for w in words), msg
 
 
 def test_docker_without_the_nvidia_runtime_as_its_default_is_refused_before_anything(tmp_path):
