@@ -6,9 +6,18 @@ Replicas are pinned with gpu_selector ids `<worker>:cuda:<index>`, the index com
 (`gpustack_gpu_indexes`). GPUStack's scheduler reads the worker's own record instead (`status.gpu_devices`, from
 its own detection). Where the two disagree on which UUID an index means, a replica starts on other cards than the
 pair (the seed's CUDA ordering lesson, one level up), so they are compared card by card, by UUID.
+
+`order_problems` checks the step after that, inside the replica: GPUStack starts it privileged with every GPU of the
+node and CUDA_VISIBLE_DEVICES = the GPUStack indexes, which CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) reads as ordinals in
+PCI bus-id order. A pair is served by its own cards only where each GPU's GPUStack index is that ordinal.
 """
 
 from __future__ import annotations
+
+from ansible_collections.pairserve.llm.plugins.module_utils import nvml
+
+# The collection's worker environment entry that makes GPUStack number GPUs by NVML index (gpu_pairs' rule).
+INDEX_ENV = "GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0"
 
 RESTART_WORKER = ("restart the worker (`systemctl restart gpustack-worker`) so that it detects the GPUs again, and "
                   "run the play again so that gpu_pairs reads the host again")
@@ -23,9 +32,7 @@ def _wanted_index(pair: dict, position: int, gpu: dict):
     indexes = pair.get("gpustack_gpu_indexes") or []
     if position < len(indexes):
         return indexes[position]
-    if gpu.get("minor_number") is not None:
-        return gpu["minor_number"]
-    return gpu.get("index")
+    return nvml.gpustack_index(gpu) if "index" in gpu else None
 
 
 def _devices(worker_gpus) -> list:
@@ -97,13 +104,15 @@ def problems(fact: dict, worker_gpus, host: str, worker: str | None = None) -> l
             if seen != wanted:
                 add("index", pair, uuid, wanted, seen,
                     "%s is index %s in GPUStack worker %s's record, but gpu_pairs computed index %s for it: the pin "
-                    "%s would give the replica %s instead. GPUStack numbers a GPU by its minor number "
-                    "(/dev/nvidia<N>) unless GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY is off in the worker's "
-                    "environment (remove it from pairserve_gpustack_worker_env); otherwise the two read the host at "
-                    "different times (a card swapped, or the driver reloaded, in between): %s. Check the driver "
-                    "with `nvidia-smi -q | grep -E 'Minor|UUID'`. Register no replica until they agree."
+                    "%s would give the replica %s instead. gpu_pairs computes GPUStack's index as the NVML index, "
+                    "which the worker uses only while its environment keeps the collection's %s (without it "
+                    "gpustack-runtime numbers a GPU by its minor number, /dev/nvidia<N>): check with `systemctl cat "
+                    "gpustack-worker` that the worker's command line sets it, and do not override it in "
+                    "pairserve_gpustack_worker_env. Otherwise the two read the host at different times (a card "
+                    "swapped, or the driver reloaded, in between): %s. Compare with `nvidia-smi -q | grep -E "
+                    "'Bus Id|Minor|UUID'`. Register no replica until they agree."
                     % (card, seen, worker, wanted, pinned,
-                       ("GPU %s" % there.get("uuid")) if there else "no GPU at all", RESTART_WORKER))
+                       ("GPU %s" % there.get("uuid")) if there else "no GPU at all", INDEX_ENV, RESTART_WORKER))
             mine, theirs = gpu.get("name"), dev.get("name")
             if mine and theirs and mine != theirs:
                 add("name", pair, uuid, wanted, seen,
@@ -112,4 +121,85 @@ def problems(fact: dict, worker_gpus, host: str, worker: str | None = None) -> l
                     "without a reboot, reboot), and that gpu_pairs read this host and not a recording (source %s); "
                     "then %s." % (card, mine, theirs, worker, seen, wanted, (fact or {}).get("source", "unknown"),
                                   RESTART_WORKER))
+    return found
+
+
+def _card(gpu: dict) -> str:
+    return "%s (%s, bus %s)" % (gpu.get("uuid") or "(no UUID)", gpu.get("name") or "unknown model",
+                                gpu.get("bus_id") or "unknown")
+
+
+def order_problems(fact: dict, host: str) -> list:
+    """Every GPU of a pair whose GPUStack index is not its CUDA ordinal inside the replica.
+
+    GPUStack's vLLM replicas run privileged: the container gets ALL the node's GPUs and CUDA_VISIBLE_DEVICES = the
+    GPUStack indexes of the pair (the NVML index, nvml.gpustack_index), and CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA
+    read each as the rank in PCI bus-id order among all the host's GPUs (nvml.cuda_ordinals; a MIG-enabled card
+    takes no rank, as CUDA does not count it as one device, so such a card before a pair's GPU is refused here).
+    Where the two differ, the replica runs on other cards than its pair.
+
+    Each problem is a dict: `host`, `uuid`, `pair`, `gpustack_index`, `cuda_ordinal` (None where the PCI order
+    cannot be told) and `text`, one line naming the host, the card, both orders in full and what to do.
+    """
+    fact = fact or {}
+    gpus = [gpu for gpu in fact.get("gpus") or [] if isinstance(gpu, dict)]
+    by_uuid = _gpus_by_uuid(fact)
+    ordinals = nvml.cuda_ordinals(gpus)
+    by_ordinal = {ordinals[nvml.normalise_bus_id(gpu["bus_id"])]: gpu for gpu in gpus
+                  if gpu.get("bus_id") and nvml.normalise_bus_id(gpu["bus_id"]) in ordinals}
+    nvml_order = ", ".join("%s %s (%s)" % (nvml.gpustack_index(gpu), gpu.get("uuid") or "(no UUID)",
+                                           gpu.get("bus_id") or "no bus id")
+                           for gpu in sorted(gpus, key=lambda g: g.get("index", 0))) or "no GPU"
+    pci_order = ", ".join("%s %s (%s)" % (rank, by_ordinal[rank].get("uuid") or "(no UUID)",
+                                          by_ordinal[rank].get("bus_id")) for rank in sorted(by_ordinal)) or "unknown"
+    mig = [gpu for gpu in gpus if not nvml.cuda_counted(gpu)]
+    orders = ("NVML/GPUStack order (index: UUID, bus id): %s; PCI/CUDA order (CUDA ordinal under "
+              "CUDA_DEVICE_ORDER=PCI_BUS_ID: UUID, bus id): %s" % (nvml_order, pci_order))
+    if mig:
+        orders += ("; MIG-enabled, so no CUDA ordinal: %s" % ", ".join(_card(gpu) for gpu in mig))
+    found = []
+    for pair in fact.get("pairs") or []:
+        bus_ids = pair.get("bus_ids") or []
+        for position, uuid in enumerate(pair.get("uuids") or []):
+            gpu = by_uuid.get(uuid) or {"uuid": uuid, "bus_id": bus_ids[position] if position < len(bus_ids) else None}
+            wanted = _wanted_index(pair, position, gpu)
+            ordinal = ordinals.get(nvml.normalise_bus_id(gpu.get("bus_id") or "")) if gpu.get("bus_id") else None
+            if ordinal is not None and ordinal == wanted:
+                continue
+            card = "GPU %s of pair %s" % (_card(gpu), pair.get("index"))
+            if not gpus:
+                why = "its CUDA ordinal cannot be told: the fact lists none of the host's GPUs"
+            elif not ordinals:
+                why = ("its CUDA ordinal cannot be told: NVML gave no PCI bus id for %s"
+                       % ", ".join(_card(g) for g in gpus if nvml.cuda_counted(g) and not g.get("bus_id")))
+            elif not nvml.cuda_counted(gpu):
+                why = "it is MIG-enabled, and CUDA does not count a MIG-enabled card as one device"
+            elif ordinal is None:
+                why = "its CUDA ordinal cannot be told: bus %s is none of the host's GPUs in the fact" % gpu.get("bus_id")
+            else:
+                there = by_ordinal.get(wanted)
+                why = ("CUDA inside the replica reads index %s as the card of PCI rank %s, %s, not this one "
+                       "(its PCI rank is %s)" % (wanted, wanted, ("GPU " + _card(there)) if there else "which does not "
+                                                 "exist", ordinal))
+            if ordinal is None:
+                advice = ("Check the driver with `nvidia-smi -q | grep -E 'Bus Id|Minor|MIG'` and run the play again, "
+                          "so that gpu_pairs reads the host again")
+            else:
+                before = [m for m in mig if m.get("bus_id") and nvml.pci_sort_key(m["bus_id"]) < nvml.pci_sort_key(
+                    gpu["bus_id"])]
+                advice = ("The host's firmware or driver enumerates its GPUs out of PCI bus order%s: compare "
+                          "`nvidia-smi -q | grep -E 'Bus Id|Minor'` with `nvidia-smi -L`. To serve anyway, leave the "
+                          "cards whose two numbers differ out of the pairs (their UUIDs in pairserve_gpu_exclude, and "
+                          "pairserve_expected_pairs lowered to match); the other cards keep their numbers. Report both "
+                          "orders to the collection's maintainers"
+                          % (", or a MIG-enabled card, which takes no CUDA ordinal, comes before this one in PCI order "
+                             "(%s; disable MIG on it: `nvidia-smi -i <index> -mig 0`, then reset the GPU)"
+                             % ", ".join(_card(m) for m in before) if before else ""))
+            text = ("%s: %s is GPUStack index %s (its NVML index, how the worker numbers GPUs with the collection's "
+                    "%s) but CUDA ordinal %s in the replica: GPUStack starts replicas privileged with every GPU of the "
+                    "host and CUDA_VISIBLE_DEVICES set to the GPUStack indexes, and %s. %s. %s. Register no replica "
+                    "until the two orders agree for every GPU of a pair."
+                    % (host, card, wanted, INDEX_ENV, "unknown" if ordinal is None else ordinal, why, orders, advice))
+            found.append({"host": host, "uuid": uuid, "pair": pair.get("index"), "gpustack_index": wanted,
+                          "cuda_ordinal": ordinal, "text": text})
     return found

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import socket
 import time
 from http.cookiejar import CookieJar
+from pathlib import PurePosixPath
 
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
@@ -31,7 +33,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import 
 
 # The environment every replica gets from the seed. gpustack_model sends it merged with the user's env, which may
 # add variables but not change these (gpustack_model refuses, and so does the validation play), for the reason
-# SEED_ENV_WHY gives for each.
+# SEED_ENV_WHY gives for each. replica_env (below) adds VLLM_CACHE_ROOT, which the user's env may set.
 SEED_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTORCH_ALLOC_CONF": "expandable_segments:True"}
 SEED_ENV_WHY = {
     "CUDA_DEVICE_ORDER": "it keeps the replica on the cards it is pinned to (NVML and the pinning count GPUs in PCI bus "
@@ -49,6 +51,76 @@ def seed_env_conflicts(env):
         if key in (env or {}) and str(env[key]) != value:
             out.append("%s=%s would replace the seed's %s=%s: %s; remove %s from it"
                        % (key, env[key], key, value, SEED_ENV_WHY[key], key))
+    return out
+
+
+# vLLM keeps its compile cache (torch.compile artefacts, what CUDA graph capture needs) under VLLM_CACHE_ROOT. GPUStack
+# 2.2.3 points that at <worker data dir>/cache/vllm unless the model's env names it (_set_cache_env in
+# worker/backends/vllm.py), a directory its replica container does not see when the worker runs on the host, as this
+# collection runs it: the one directory GPUStack mounts is the checkpoint's parent, at the same path inside and out
+# (_get_configured_mounts in worker/backends/base.py). The cache then lands in the container's writable layer, goes
+# with the container at every restart, rollout and wake, and every start compiles again - on real cards inside the
+# rollout and verify timeouts. So every model gets VLLM_CACHE_ROOT=<the checkpoint's parent>/.vllm-cache: mounted,
+# it survives. Beside the checkpoint, not in it: the export of the checkpoint is kept identical to the snapshot.
+# A user's env that names VLLM_CACHE_ROOT wins, as it does over GPUStack's own default (a location, unlike the seed
+# variables, that changes no result); gpustack_model warns when it lies outside the mounted directory.
+VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"
+VLLM_CACHE_DIR = ".vllm-cache"
+
+
+def replica_mount_dir(local_path):
+    """The directory GPUStack 2.2.3 bind-mounts into the container of a replica of checkpoint ``local_path``, at the
+    same path: the parent of the path as its worker resolves it (``str(Path(path).absolute())``, so a trailing slash
+    or a ``.`` segment does not count). None for a path that is not absolute (the worker resolves it against its own
+    working directory, which nothing here knows)."""
+    if not isinstance(local_path, str) or not local_path.startswith("/"):
+        return None
+    return posixpath.dirname(str(PurePosixPath(local_path)))
+
+
+def vllm_cache_root(local_path):
+    """The VLLM_CACHE_ROOT every replica of checkpoint ``local_path`` gets: ``<replica_mount_dir>/.vllm-cache``
+    (None when the mounted directory is not known)."""
+    mount = replica_mount_dir(local_path)
+    return posixpath.join(mount, VLLM_CACHE_DIR) if mount else None
+
+
+def _inside(path, directory):
+    path = posixpath.normpath(path)
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def vllm_cache_root_outside_mount(local_path, env):
+    """A sentence when ``env`` names a VLLM_CACHE_ROOT that the replica's container keeps in its own writable layer
+    (outside the one directory GPUStack mounts for ``local_path``); None otherwise."""
+    value = (env or {}).get(VLLM_CACHE_ROOT)
+    mount = replica_mount_dir(local_path)
+    if value is None or mount is None or (str(value).startswith("/") and _inside(str(value), mount)):
+        return None
+    return ("env sets VLLM_CACHE_ROOT=%s, outside %s, the one directory GPUStack mounts into the replica's container: "
+            "vLLM's compile cache there is lost at every restart, rollout and wake, and each start compiles again. "
+            "Remove VLLM_CACHE_ROOT from env for the default, %s" % (value, mount, vllm_cache_root(local_path)))
+
+
+def replica_cache_dir(local_path, env=None):
+    """The directory on the node behind the replica's VLLM_CACHE_ROOT, the same path in its container: ``env``'s
+    VLLM_CACHE_ROOT when it names one inside the mounted directory, else vllm_cache_root(local_path). None when
+    nothing on the node backs it (the env names one outside the mounted directory, or the mount is not known)."""
+    if VLLM_CACHE_ROOT in (env or {}):
+        if vllm_cache_root_outside_mount(local_path, env) or replica_mount_dir(local_path) is None:
+            return None
+        return posixpath.normpath(str(env[VLLM_CACHE_ROOT]))
+    return vllm_cache_root(local_path)
+
+
+def replica_env(local_path, env):
+    """The env gpustack_model sends for a replica of checkpoint ``local_path``: SEED_ENV, VLLM_CACHE_ROOT
+    (vllm_cache_root) unless ``env`` names it, then ``env`` (check seed_env_conflicts first: its values win here)."""
+    out = dict(SEED_ENV)
+    root = vllm_cache_root(local_path)
+    if root:
+        out[VLLM_CACHE_ROOT] = root
+    out.update(env or {})
     return out
 
 

@@ -206,7 +206,8 @@ class Nvml:
                 gpu["uuid"] = self._optional(pynvml.nvmlDeviceGetUUID, handle)
                 pci = self._optional(pynvml.nvmlDeviceGetPciInfo, handle)
                 gpu["bus_id"] = normalise_bus_id(pci.busId) if pci is not None else None
-                # /dev/nvidia<minor>: the index GPUStack's worker gives the GPU (see gpustack_gpu_indexes).
+                # /dev/nvidia<minor>: informative only. gpustack-runtime numbers GPUs by it unless
+                # GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0, which the collection sets (see gpustack_index).
                 gpu["minor_number"] = self._optional(pynvml.nvmlDeviceGetMinorNumber, handle)
                 # (current, pending); None where MIG does not exist (GeForce: NotSupported).
                 mig = self._optional(pynvml.nvmlDeviceGetMigMode, handle)
@@ -298,9 +299,44 @@ def _model_key(gpu: dict) -> tuple:
 
 
 def gpustack_index(gpu: dict) -> int:
-    """The index GPUStack's worker gives a GPU, which its gpu_selector ids name: the minor number, else the NVML
-    index (gpustack-runtime 0.2.1, detector/nvidia.py; see gpustack_gpu_indexes)."""
-    return gpu["index"] if gpu.get("minor_number") is None else gpu["minor_number"]
+    """The index GPUStack's worker gives a GPU, which its gpu_selector ids name: the NVML enumeration index.
+
+    gpustack-runtime 0.2.1 (detector/nvidia.py) enumerates in NVML order and keeps that index while
+    GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY is off; on (its default) it takes the minor number
+    (/dev/nvidia<N>) instead, which need not follow PCI order. The collection sets the variable to 0 in every
+    worker's environment, so the worker's numbering is NVML's; `cuda_ordinals` says where a replica then lands.
+    """
+    return gpu["index"]
+
+
+def pci_sort_key(bus_id: str) -> tuple:
+    """(domain, bus, device, function) of a PCI bus id, as numbers: the order CUDA_DEVICE_ORDER=PCI_BUS_ID uses."""
+    match = re.fullmatch(r"([0-9A-F]{8}):([0-9A-F]{2}):([0-9A-F]{2})\.([0-7])", normalise_bus_id(str(bus_id)))
+    if not match:
+        raise ValueError(f"{bus_id!r} is no PCI bus id")
+    return tuple(int(part, 16) for part in match.groups())
+
+
+def cuda_counted(gpu: dict) -> bool:
+    """Whether CUDA counts the GPU as one device. A MIG-enabled card is not one CUDA device (CUDA sees its MIG
+    instances, if any, not the card), so it takes no ordinal; gpu_pairs leaves it out of the pairs anyway."""
+    return not gpu.get("mig_enabled")
+
+
+def cuda_ordinals(gpus: list) -> dict:
+    """{bus id: CUDA ordinal} for every GPU CUDA counts: its rank in PCI bus-id order among ALL the host's GPUs
+    (MIG-enabled cards aside, see cuda_counted).
+
+    GPUStack starts its vLLM replicas privileged: the container gets every GPU of the node and
+    CUDA_VISIBLE_DEVICES = the GPUStack indexes of the selected ones, and the replica has
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA reads each index as this ordinal. Empty where a counted GPU has no bus id
+    (the order cannot be told then).
+    """
+    counted = [g for g in gpus if cuda_counted(g)]
+    if any(not g.get("bus_id") for g in counted):
+        return {}
+    ranked = sorted(counted, key=lambda g: pci_sort_key(g["bus_id"]))
+    return {normalise_bus_id(g["bus_id"]): rank for rank, g in enumerate(ranked)}
 
 
 def plan(gpus: list, links: dict, *, group_size: int = 2, allow_mixed: bool = False, exclude=()) -> tuple:
@@ -351,7 +387,9 @@ def plan(gpus: list, links: dict, *, group_size: int = 2, allow_mixed: bool = Fa
     return groups, leftover
 
 
-def describe_group(number: int, group: list, links: dict) -> dict:
+def describe_group(number: int, group: list, links: dict, ordinals: dict | None = None) -> dict:
+    """One pair of the fact; `ordinals` is cuda_ordinals() over all the host's GPUs."""
+    ordinals = ordinals or {}
     ccs = [g["cc"] for g in group]
     weakest = min(group, key=lambda g: g["cc"])
     pair_links = [links[(a["bus_id"], b["bus_id"])] for a, b in itertools.combinations(group, 2)]
@@ -367,12 +405,13 @@ def describe_group(number: int, group: list, links: dict) -> dict:
         # UUIDs, never indices: CUDA numbers devices fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so
         # on a mixed host "0,1" in CUDA order is not NVML's 0,1. A UUID means the same card everywhere.
         "cuda_visible_devices": ",".join(g["uuid"] for g in group),
-        # GPUStack's gpu_selector ids are "<worker>:cuda:<index>" with the index its worker reports. gpustack-runtime
-        # 0.2.1 (detector/nvidia.py) takes the device's minor number (/dev/nvidia<N>) for it, because
-        # GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY defaults to on (envs.py), and the NVML enumeration
-        # index only where NVML cannot tell the minor number. The two agree on most hosts, not on all: a pin by
-        # NVML index would then name other cards.
+        # GPUStack's gpu_selector ids are "<worker>:cuda:<index>" with the index its worker reports: the NVML index,
+        # as the collection sets GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0 for the worker (on, its default,
+        # gpustack-runtime 0.2.1 would take the minor number, which need not follow PCI order; see gpustack_index).
         "gpustack_gpu_indexes": [gpustack_index(g) for g in group],
+        # Where CUDA inside the privileged replica reads those indexes (PCI bus-id rank among all the host's GPUs):
+        # the pair is served by its own cards only where the two lists are equal (gpu_identity.order_problems).
+        "cuda_ordinals": [ordinals.get(normalise_bus_id(g["bus_id"])) if g.get("bus_id") else None for g in group],
         "name": " + ".join(names),
         "mixed": len(names) > 1 or len({g["memory_total_mib"] for g in group}) > 1,
         "memory_total_mib": min(g["memory_total_mib"] for g in group),
@@ -430,7 +469,8 @@ def _gather(environ, group_size, allow_mixed, exclude, expected_pairs, min_drive
             link_list.append(item)
         check_drivers(system, gpus, {**DEFAULT_MIN_DRIVER, **(min_driver or {})})
         groups, leftover = plan(gpus, links, group_size=group_size, allow_mixed=allow_mixed, exclude=exclude)
-    pairs = [describe_group(n, group, links) for n, group in enumerate(groups)]
+    ordinals = cuda_ordinals(gpus)
+    pairs = [describe_group(n, group, links, ordinals) for n, group in enumerate(groups)]
     public = [{k: v for k, v in g.items() if not k.startswith("_") and k != "cc"} for g in gpus]
     result = {
         "source": session.source,

@@ -69,8 +69,16 @@ options:
     type: dict
 notes:
   - The module only reads; it runs the same in check mode.
-  - C(gpustack_gpu_indexes) are the indexes GPUStack's worker reports (gpustack-runtime 0.2.1 uses each GPU's
-    minor number, C(/dev/nvidia<N>), falling back to the NVML index), not CUDA ones.
+  - C(gpustack_gpu_indexes) are the indexes GPUStack's worker reports, the NVML indexes. gpustack-runtime 0.2.1
+    numbers GPUs that way with C(GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0), which the collection sets in
+    every worker's environment (its default would number them by minor number, C(/dev/nvidia<N>), kept here
+    as C(minor_number) for information).
+  - C(cuda_ordinals) are where CUDA inside a replica reads those indexes. GPUStack starts replicas privileged,
+    with every GPU of the host and C(CUDA_VISIBLE_DEVICES) set to the GPUStack indexes, and the replica has
+    C(CUDA_DEVICE_ORDER=PCI_BUS_ID), so an index means the GPU of that rank in PCI bus-id order among all the
+    host's GPUs (a MIG-enabled card takes no rank). A pair runs on its own cards only where both lists are
+    equal; the preflight role refuses the host otherwise (filter P(pairserve.llm.gpu_order_problems#filter)).
+    The module itself reports the lists and does not fail on them.
 seealso:
   - name: docs/gpu-detection.md
     description: What the module reports, how pairing works, and how to record a host.
@@ -132,7 +140,8 @@ ansible_facts:
           sample: 2
         gpus:
           description:
-            - Every GPU in NVML order with C(index), C(uuid), C(name), C(bus_id), C(memory_total_bytes),
+            - Every GPU in NVML order with C(index), C(uuid), C(name), C(bus_id), C(minor_number),
+              C(mig_enabled), C(memory_total_bytes),
               C(memory_total_mib), C(compute_capability), C(architecture), C(power_draw_w), C(power_limit_w),
               C(persistence_mode), C(pcie_max_gen), C(pcie_max_width), C(nvlink_active_links),
               C(numa_node) (null where NVML does not support it).
@@ -142,7 +151,9 @@ ansible_facts:
           description:
             - The groups, ordered by PCI bus id, each with C(index), C(uuids), C(bus_ids), C(nvml_indices),
               C(cuda_visible_devices) (comma-joined UUIDs), C(gpustack_gpu_indexes) (for GPUStack's
-              C(<worker>:cuda:<index>) selector), C(name), C(mixed), C(memory_total_mib) (per GPU, the
+              C(<worker>:cuda:<index>) selector, the NVML indexes), C(cuda_ordinals) (each GPU's rank in PCI
+              bus-id order among all the host's GPUs, its CUDA ordinal in a privileged replica; null where
+              the order cannot be told), C(name), C(mixed), C(memory_total_mib) (per GPU, the
               smallest), C(compute_capability) and C(architecture) (of the weakest card), C(fp4_path)
               (C(native), C(marlin) or C(unsupported)), C(link) (C(nvlink), C(p2p) or C(pcie)), C(p2p_read),
               C(topology) and C(idle_power_w) (summed power draw now).
@@ -155,6 +166,7 @@ ansible_facts:
               nvml_indices: [0, 1]
               cuda_visible_devices: GPU-5080a000-0000-4000-8000-000000000001,GPU-5080a000-0000-4000-8000-000000000002
               gpustack_gpu_indexes: [0, 1]
+              cuda_ordinals: [0, 1]
               name: NVIDIA GeForce RTX 5080
               mixed: false
               memory_total_mib: 16303

@@ -19,6 +19,11 @@ description:
     C(CUDA_DEVICE_ORDER=PCI_BUS_ID) (NVML and the pinning count GPUs in PCI bus order, CUDA by default fastest
     first, which puts a replica on the wrong cards of a mixed host) and C(PYTORCH_ALLOC_CONF=expandable_segments:True)
     (fragmentation cost the seed deployment its last MiB of headroom), merged with O(env), which may not change them.'
+  - 'The environment also carries C(VLLM_CACHE_ROOT=<parent of local_path>/.vllm-cache), where vLLM keeps its compile
+    cache (torch.compile artefacts, CUDA graph capture). GPUStack would point it at its worker data dir, which it does
+    not mount into the replica container when the worker runs on the host: the cache was lost at every restart,
+    rollout and wake, and each start compiled again. The parent of O(local_path) is the one directory GPUStack mounts
+    (at the same path), so there the cache survives. O(env) may set C(VLLM_CACHE_ROOT) to another path; it wins.'
   - GPUStack applies an updated spec only to instances it creates afterwards. With O(rollout=true) the module deletes
     the model's instances, one at a time, when the spec changed, and GPUStack recreates them with the new spec.
 author:
@@ -94,6 +99,10 @@ options:
       - Extra environment of the backend, merged with the defaults named in the description.
       - It may add variables and repeat a default with the same value, but not change a default
         (C(CUDA_DEVICE_ORDER), C(PYTORCH_ALLOC_CONF)); that is refused, naming the variable, before anything changes.
+      - C(VLLM_CACHE_ROOT) is the exception - a location, not a setting that changes what the replica serves. Set
+        here, it replaces C(<parent of local_path>/.vllm-cache); the module warns when the path lies outside the
+        parent of O(local_path), the one directory the replica's container shares with the node, where the cache
+        would not survive a restart.
     type: dict
     default: {}
   restart_on_error:
@@ -198,7 +207,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     GPUSTACK_REQUIRED_ONE_OF,
-    SEED_ENV,
     GpuStackClient,
     BACKEND_VERSION_SUFFIX,
     GpuStackError,
@@ -210,7 +218,9 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     gpustack_argument_spec,
     path_id,
     present_diff,
+    replica_env,
     seed_env_conflicts,
+    vllm_cache_root_outside_mount,
 )
 
 # Fields GPUStack applies without new instances: a replica count change is a scale, not a rollout.
@@ -235,7 +245,8 @@ def desired_spec(p, cluster_id):
         "backend": p["backend"],
         "backend_version": p["backend_version"],
         "backend_parameters": list(p["backend_parameters"]),
-        "env": dict(SEED_ENV, **(p["env"] or {})),
+        # The seed's env, VLLM_CACHE_ROOT in the directory GPUStack mounts (module_utils/gpustack.py says why), the user's.
+        "env": replica_env(p["local_path"], p["env"]),
         "restart_on_error": p["restart_on_error"],
         # A replica never spans machines here; GPUStack must also not decide to do so on its own.
         "distributed_inference_across_workers": False,
@@ -386,6 +397,9 @@ def main():
         # Before any API call: the merged env would otherwise silently carry the user's value.
         module.fail_json(msg="model %s: env %s. In the inventory the env comes from pairserve_replica_env."
                              % (name, "; ".join(conflicts)), changed=False)
+    outside = vllm_cache_root_outside_mount(p["local_path"], p["env"]) if p["state"] == "present" else None
+    if outside:
+        module.warn("model %s: %s (in the inventory: pairserve_replica_env)." % (name, outside))
 
     try:
         client = GpuStackClient.from_module(module)

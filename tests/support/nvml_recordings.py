@@ -19,9 +19,14 @@ H200_RECORDING = NVML / "h200-recording-2026-12-01.json"
 FOUR_H200_MINORS = (2, 0, 3, 1)
 
 
+# The PciInfo fields that say where a card sits on the bus (not what it is).
+PCI_LOCATION = ("busId", "busIdLegacy", "domain", "bus", "device")
+
+
 def four_h200_minors(directory: Path) -> Path:
-    """Four copies of the real H200 whose minor numbers (2, 0, 3, 1) are not their NVML order: gpustack-runtime
-    numbers GPUs by minor number, NVML by PCI order, so every card would be another under the wrong rule."""
+    """Four copies of the real H200 whose minor numbers (2, 0, 3, 1) are not their NVML order, which is their PCI
+    order: gpustack-runtime numbers GPUs by minor number unless GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0
+    (the collection's worker environment), so every card would be another under the wrong rule."""
     recording = json.loads(H200_RECORDING.read_text())
     base = recording["devices"][0]
     devices = []
@@ -38,6 +43,22 @@ def four_h200_minors(directory: Path) -> Path:
     path = directory / "four-h200-minors.json"
     path.write_text(json.dumps(recording))
     return path
+
+
+def swap_pci_location(recording: dict, first: int, second: int) -> dict:
+    """Swap where NVML devices `first` and `second` sit on the bus: NVML then enumerates them out of PCI bus-id
+    order (what a host whose firmware or driver probes the cards in another order shows). Returns the recording."""
+    one, other = recording["devices"][first]["PciInfo"], recording["devices"][second]["PciInfo"]
+    for key in PCI_LOCATION:
+        one[key], other[key] = other[key], one[key]
+    return recording
+
+
+def set_minor_numbers(recording: dict, minors) -> dict:
+    """Give the devices, in NVML order, the minor numbers `minors` (/dev/nvidia<N>). Returns the recording."""
+    for dev, minor in zip(recording["devices"], minors):
+        dev["MinorNumber"] = minor
+    return recording
 
 
 def derived_recording(source: Path, target: Path, note: str, change) -> str:

@@ -75,15 +75,20 @@ if action == "restart":
 '''
 
 # The node's container runtime, as far as runner_image asks it: the NVIDIA runtime as Docker's default, the runner
-# images of the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml) present (nothing else, nothing pulled),
-# and a GPU container that sees the GPUs named in NVIDIA_VISIBLE_DEVICES (what the NVIDIA runtime gives it;
-# nvidia-smi in it lists them).
+# images of the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml) and the pinned pause and health images
+# present (nothing else, nothing pulled), and a GPU container whose CUDA sees, of the GPUs named in
+# NVIDIA_VISIBLE_DEVICES (what the NVIDIA runtime gives it, in PCI order), those CUDA_VISIBLE_DEVICES picks.
 DOCKER_SHIM = r'''#!/bin/sh
 case "$1" in
   info) [ "$2" = --format ] && [ "$3" = "{{json .}}" ] || { echo "docker stand-in: info $2 $3 is not --format {{json .}}" >&2; exit 2; }
         echo '{"DefaultRuntime": "nvidia", "Runtimes": {"runc": {}, "nvidia": {}}, "CDISpecDirs": []}' ;;
-  run) for a in "$@"; do case "$a" in --env=NVIDIA_VISIBLE_DEVICES=*) echo "${a#*=*=}" | tr ',' '\n' ;; esac; done ;;
-  image) case "$3" in *vllmPINNED_VLLM*) echo '[{}]' ;; *) echo "Error: No such image: $3" >&2; exit 1 ;; esac ;;
+  run) handed=; visible=
+       for a in "$@"; do case "$a" in
+         --env=NVIDIA_VISIBLE_DEVICES=*) handed=${a#*=*=} ;;
+         --env=CUDA_VISIBLE_DEVICES=*) visible=${a#*=*=} ;;
+       esac; done
+       for i in $(echo "$visible" | tr ',' ' '); do echo "$handed" | tr ',' '\n' | sed -n "$((i + 1))p"; done ;;
+  image) case "$3" in *vllmPINNED_VLLM*|*/runtime@sha256:*) echo '[{}]' ;; *) echo "Error: No such image: $3" >&2; exit 1 ;; esac ;;
   *) echo "docker stand-in: $* is not available in the test" >&2; exit 1 ;;
 esac
 '''
@@ -296,6 +301,10 @@ def day2(gpustack_server, tmp_path_factory):
                 "pairserve_route_name": "qwen",
                 "pairserve_route_weights": {"node-a": 58, "node-b": 42},
                 "pairserve_runner_catalogue_python": str(venv / "bin" / "python"),
+                "pairserve_runtime_pause_image": "docker.io/gpustack/runtime:pause",
+                "pairserve_runtime_pause_image_digest": "sha256:" + "5" * 64,
+                "pairserve_runtime_health_image": "docker.io/gpustack/runtime:health",
+                "pairserve_runtime_health_image_digest": "sha256:" + "6" * 64,
                 "pairserve_rebuild_provision": False,
                 "pairserve_rebuild_verify": False,
                 "pairserve_upgrade_gpustack": False,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from gpustack_helpers import four_steps, wait_for
@@ -41,7 +43,9 @@ def test_model_four_steps_sends_the_pairserve_settings(gpustack_server, checkpoi
     assert after["gpu_selector"] == {"gpu_ids": [f"{gpustack_server.worker_name}:cuda:0",
                                                  f"{gpustack_server.worker_name}:cuda:1"], "gpus_per_replica": 2}
     stored = [m for m in gpustack_server.items("/v2/models") if m["name"] == "rep-four"][0]
+    # vLLM's compile cache in the directory GPUStack mounts into the container (the checkpoint's parent).
     assert stored["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTORCH_ALLOC_CONF": "expandable_segments:True",
+                             "VLLM_CACHE_ROOT": os.path.join(os.path.dirname(checkpoint), ".vllm-cache"),
                              "VLLM_LOGGING_LEVEL": "INFO"}
     assert stored["distributed_inference_across_workers"] is False and stored["restart_on_error"] is True
     assert stored["source"] == "local_path" and stored["backend"] == "vLLM" and stored["backend_version"] == pins.VLLM

@@ -20,9 +20,11 @@ from lab.ansible_runner import REPO, run_playbook
 # A site's pins: the example inventory's versions and runner image (its placeholders replaced by valid values).
 PINS = {
     **{name: pins.example()[name]
-       for name in ("pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image")},
+       for name in ("pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image",
+                    "pairserve_runtime_pause_image", "pairserve_runtime_health_image")},
     "pairserve_runner_image_digest": "sha256:" + "0" * 64, "pairserve_checkpoint_repo": "org/model",
-    "pairserve_checkpoint_revision": "a" * 40,
+    "pairserve_checkpoint_revision": "a" * 40, "pairserve_runtime_pause_image_digest": "sha256:" + "1" * 64,
+    "pairserve_runtime_health_image_digest": "sha256:" + "2" * 64,
 }
 GS = PINS["pairserve_gpustack_version"]
 SUPPORTED = "Debian 12, Ubuntu 22.04, Ubuntu 24.04"

@@ -47,9 +47,10 @@ def gather(path, **options) -> dict:
     return nvml.gather({nvml_replay.ENV_VAR: str(path)}, **options)
 
 
-def as_gpustack_detects(path, physical_index: bool = True) -> list:
-    """The worker's GPUs for a recording, numbered as gpustack-runtime 0.2.1 does: the minor number, else the NVML
-    index (GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0 keeps the NVML index)."""
+def as_gpustack_detects(path, physical_index: bool = False) -> list:
+    """The worker's GPUs for a recording, numbered as gpustack-runtime 0.2.1 does: the NVML index with the
+    collection's GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0; with `physical_index` (the runtime's default,
+    a worker without the collection's environment) the minor number, else the NVML index."""
     recording = json.loads(Path(path).read_text())
     result = []
     for dev in recording["devices"]:
@@ -110,12 +111,18 @@ def test_the_lab_hosts_pass(host, recording):
     assert gpu_identity.problems(fact, as_gpustack_detects(NVML / recording), host) == []
 
 
-def test_minor_numbers_out_of_nvml_order_pass_when_both_use_them(tmp_path):
+def test_minor_numbers_out_of_nvml_order_pass_with_the_collections_worker_environment(tmp_path):
+    """Minor numbers 2, 0, 3, 1 on a host in PCI order: the worker (PHYSICAL_INDEX_PRIORITY=0) numbers by NVML
+    index, and so do the pins, which are also the CUDA ordinals in the replicas."""
     path = four_h200_minors(tmp_path)
     fact = gather(path, expected_pairs=2)
-    # The pins are not the NVML indexes here: the case is only meaningful because they differ.
-    assert any(p["gpustack_gpu_indexes"] != p["nvml_indices"] for p in fact["pairs"]), fact["pairs"]
+    for pair in fact["pairs"]:
+        assert pair["gpustack_gpu_indexes"] == pair["nvml_indices"] == pair["cuda_ordinals"], pair
+    # The minor numbers are not the pins: the case is only meaningful because they differ.
+    minors = {g["uuid"]: g["minor_number"] for g in fact["gpus"]}
+    assert any(p["gpustack_gpu_indexes"] != [minors[u] for u in p["uuids"]] for p in fact["pairs"]), fact
     assert gpu_identity.problems(fact, as_gpustack_detects(path), "h200x4") == []
+    assert gpu_identity.order_problems(fact, "h200x4") == []
 
 
 # --- failing cases ---------------------------------------------------------------------------------------------
@@ -131,7 +138,9 @@ def test_swapped_uuids_between_two_indexes_fail_naming_both():
     assert_names(found[1], "node-a", second, 1, 0)
     # It says which card the pin would really give, and what to do.
     assert "node-a:cuda:0 would give the replica GPU %s" % second in found[0]["text"]
-    assert "GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY" in found[0]["text"]
+    # The collection sets the worker's numbering itself: the user is told to keep it, not to change it.
+    assert "GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0" in found[0]["text"]
+    assert "systemctl cat gpustack-worker" in found[0]["text"] and "remove" not in found[0]["text"]
     assert "restart the worker" in found[0]["text"]
 
 
@@ -158,18 +167,29 @@ def test_a_worker_with_one_gpu_less_fails_for_the_one_it_lost():
     assert "gpu-box-b:cuda:1 would give the replica no GPU at all" in problem["text"]
 
 
-def test_minor_numbers_out_of_nvml_order_fail_against_a_worker_numbering_by_nvml_index(tmp_path):
-    """The four-GPU host whose minor numbers are not NVML's order, with a worker that numbers by NVML index
-    (GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0): every pinned index would name another card."""
+def test_minor_numbers_out_of_nvml_order_fail_against_a_worker_numbering_by_minor_number(tmp_path):
+    """The four-GPU host whose minor numbers are not NVML's order, with a worker that lost the collection's
+    GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0 (gpustack-runtime's default: the minor number): every pinned
+    index would name another card, and the text says to keep the variable."""
     path = four_h200_minors(tmp_path)
     fact = gather(path, expected_pairs=2)
-    found = gpu_identity.problems(fact, as_gpustack_detects(path, physical_index=False), "h200x4")
-    minors = {g["uuid"]: (g["minor_number"], g["index"]) for g in fact["gpus"]}
-    assert sorted(p["uuid"] for p in found) == sorted(minors) and {p["kind"] for p in found} == {"index"}, found
+    found = gpu_identity.problems(fact, as_gpustack_detects(path, physical_index=True), "h200x4")
+    numbers = {g["uuid"]: (g["minor_number"], g["index"]) for g in fact["gpus"]}
+    assert sorted(p["uuid"] for p in found) == sorted(numbers) and {p["kind"] for p in found} == {"index"}, found
     for problem in found:
-        minor, nvml_index = minors[problem["uuid"]]
-        assert_names(problem, "h200x4", problem["uuid"], minor, nvml_index)
+        minor, nvml_index = numbers[problem["uuid"]]
+        assert_names(problem, "h200x4", problem["uuid"], nvml_index, minor)
         assert "minor number %d" % minor in problem["text"] and "NVML index %d" % nvml_index in problem["text"]
+        assert "keeps the collection's GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0" in problem["text"]
+
+
+def test_without_the_pairs_indexes_the_nvml_index_is_wanted():
+    """A fact whose pairs carry no gpustack_gpu_indexes (an older fact) is compared by NVML index, not minor."""
+    fact = gather(NVML / "node-a-2x5080.json", expected_pairs=1)
+    for gpu in fact["gpus"]:
+        gpu["minor_number"] = 1 - gpu["index"]
+    fact["pairs"][0].pop("gpustack_gpu_indexes")
+    assert gpu_identity.problems(fact, as_gpustack_detects(NVML / "node-a-2x5080.json"), "node-a") == []
 
 
 def test_a_name_mismatch_fails():

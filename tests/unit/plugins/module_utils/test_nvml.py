@@ -17,7 +17,7 @@ import pynvml
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml, nvml_replay
-from support.nvml_recordings import derived_recording, replaying
+from support.nvml_recordings import derived_recording, replaying, set_minor_numbers, swap_pci_location
 
 REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
@@ -189,25 +189,48 @@ def test_four_gpus_pair_by_model_not_by_bus_adjacency():
     assert fact["leftover"] == []
 
 
-def test_gpustack_indexes_are_the_minor_numbers(tmp_path):
-    """GPUStack's worker numbers a GPU by its /dev/nvidia<minor> (gpustack-runtime 0.2.1's default), not by its
-    NVML index: where the two differ, a pin by NVML index would name other cards."""
-    recording = json.loads(Path(fixture("four-gpus-two-models.json")).read_text())
-    minors = {0: 2, 1: 0, 2: 3, 3: 1}
-    for device in recording["devices"]:
-        device["MinorNumber"] = minors[device["Index"]]
-    path = tmp_path / "minors.json"
-    path.write_text(json.dumps(recording))
-    fact = nvml.gather({nvml_replay.ENV_VAR: str(path)}, expected_pairs=2)
+def test_gpustack_indexes_are_the_nvml_indexes_whatever_the_minor_numbers(tmp_path):
+    """The collection's workers run with GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0, so GPUStack numbers a GPU
+    by its NVML index: minor numbers (/dev/nvidia<N>) out of order change no pin, and are still reported."""
+    path = derived_recording(FIXTURES / "four-gpus-two-models.json", tmp_path / "minors.json",
+                             "minor numbers 2, 0, 3, 1.", lambda data: set_minor_numbers(data, (2, 0, 3, 1)))
+    fact = nvml.gather({nvml_replay.ENV_VAR: path}, expected_pairs=2)
+    assert [g["minor_number"] for g in fact["gpus"]] == [2, 0, 3, 1]
     second = fact["pairs"][1]
-    assert second["nvml_indices"] == [1, 3]
-    assert second["gpustack_gpu_indexes"] == [0, 1]
-    # Without a minor number (NVML refuses it), GPUStack falls back to the NVML index, and so does the pin.
-    for device in recording["devices"]:
-        device["MinorNumber"] = {"error": "NotSupported", "code": 3}
-    path.write_text(json.dumps(recording))
-    fact = nvml.gather({nvml_replay.ENV_VAR: str(path)}, expected_pairs=2)
-    assert fact["pairs"][1]["gpustack_gpu_indexes"] == [1, 3]
+    assert second["nvml_indices"] == second["gpustack_gpu_indexes"] == second["cuda_ordinals"] == [1, 3]
+    # Without a minor number (NVML refuses it) nothing changes either.
+    path = derived_recording(FIXTURES / "four-gpus-two-models.json", tmp_path / "no-minors.json", "no minor numbers.",
+                             lambda data: set_minor_numbers(data, [{"error": "NotSupported", "code": 3}] * 4))
+    fact = nvml.gather({nvml_replay.ENV_VAR: path}, expected_pairs=2)
+    assert [g["minor_number"] for g in fact["gpus"]] == [None] * 4
+    assert fact["pairs"][1]["gpustack_gpu_indexes"] == fact["pairs"][1]["cuda_ordinals"] == [1, 3]
+
+
+def test_cuda_ordinals_are_the_pci_ranks_among_all_gpus(tmp_path):
+    """NVML enumerating out of PCI bus-id order: the GPUStack index stays NVML's, the CUDA ordinal is the PCI rank
+    among all the host's GPUs (pairs or not), so the two lists differ exactly for the cards out of order."""
+    path = derived_recording(FIXTURES / "four-gpus-two-models.json", tmp_path / "out-of-order.json",
+                             "NVML devices 1 and 2 swapped on the bus.", lambda data: swap_pci_location(data, 1, 2))
+    fact = nvml.gather({nvml_replay.ENV_VAR: path}, expected_pairs=2)
+    assert [g["bus_id"][9:11] for g in fact["gpus"]] == ["01", "41", "21", "61"]
+    a6000, rtx4090 = fact["pairs"]
+    assert a6000["name"] == "NVIDIA RTX A6000" and a6000["bus_ids"] == ["00000000:01:00.0", "00000000:21:00.0"]
+    assert a6000["gpustack_gpu_indexes"] == [0, 2] and a6000["cuda_ordinals"] == [0, 1]
+    assert rtx4090["gpustack_gpu_indexes"] == [1, 3] and rtx4090["cuda_ordinals"] == [2, 3]
+
+
+def test_cuda_ordinals_rule():
+    """PCI order is numeric over (domain, bus, device, function), whatever the spelling; a MIG-enabled card takes
+    no ordinal; with a counted GPU of unknown bus id no ordinal can be told."""
+    gpus = [{"bus_id": "00000001:01:00.0"}, {"bus_id": "0000:a0:00.0"}, {"bus_id": "00000000:0B:00.1"},
+            {"bus_id": "00000000:0b:00.0"}, {"bus_id": "00000000:09:00.0", "mig_enabled": True}]
+    assert nvml.cuda_ordinals(gpus) == {"00000000:0B:00.0": 0, "00000000:0B:00.1": 1, "00000000:A0:00.0": 2,
+                                        "00000001:01:00.0": 3}
+    assert nvml.cuda_ordinals(gpus + [{"bus_id": None}]) == {}
+    assert nvml.cuda_ordinals(gpus + [{"bus_id": None, "mig_enabled": True}]) == nvml.cuda_ordinals(gpus)
+    assert nvml.gpustack_index({"index": 3, "minor_number": 0}) == 3
+    with pytest.raises(ValueError, match="no PCI bus id"):
+        nvml.pci_sort_key("slot 3")
 
 
 def test_mig_enabled_gpu_is_left_out_with_the_reason(tmp_path):

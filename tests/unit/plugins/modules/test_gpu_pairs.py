@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.pairserve.llm.plugins.module_utils import gpu_identity
 from lab.ansible_runner import run_module
-from support.nvml_recordings import derived_recording, play_over_recordings
+from support.nvml_recordings import derived_recording, play_over_recordings, set_minor_numbers, swap_pci_location
 
 REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
@@ -28,10 +29,23 @@ def _old_driver_fixture(tmp: Path) -> str:
                              lambda data: data["system"].update(DriverVersion="560.35.03"))
 
 
+def _order_fixtures(tmp: Path) -> tuple:
+    """The real 2x H200 recording with minor numbers 1, 0 (not PCI order), and with its two cards swapped on the
+    bus (NVML order not PCI order)."""
+    minors = derived_recording(FIXTURES / "h200x2-2026-11-30.json", tmp / "h200x2-minors-1-0.json",
+                               "minor numbers 1, 0.", lambda data: set_minor_numbers(data, (1, 0)))
+    swapped = derived_recording(FIXTURES / "h200x2-2026-11-30.json", tmp / "h200x2-out-of-pci-order.json",
+                                "the two devices' PCI locations swapped.", lambda data: swap_pci_location(data, 0, 1))
+    return minors, swapped
+
+
 def _cases(tmp: Path) -> list:
     """(task name, module args, recording, check mode, expect failure)."""
     old = _old_driver_fixture(tmp)
+    minors, swapped = _order_fixtures(tmp)
     return [
+        ("h200 minors out of order", {"expected_pairs": 1}, minors, False, False),
+        ("h200 out of pci order", {"expected_pairs": 1}, swapped, True, False),
         # The four steps of a state-changing module's test, for a read-only one: nothing changes, ever.
         ("node-a check", {"expected_pairs": 1}, "node-a-2x5080.json", True, False),
         ("node-a apply", {"expected_pairs": 1}, "node-a-2x5080.json", False, False),
@@ -98,6 +112,34 @@ def test_h200_recording_one_pair_p2p_ok_over_nvlink(played):
     assert pair["uuids"] == ["GPU-4be1d14f-3910-7df3-9c07-b1322aeae564", "GPU-6b33c5dd-0b40-c25d-1b71-183571bef5b5"]
 
 
+def test_gpustack_indexes_are_nvml_indexes_and_cuda_ordinals_pci_ranks(played):
+    """Every pair gets its GPUStack indexes (NVML's: the workers run with PHYSICAL_INDEX_PRIORITY=0) and the CUDA
+    ordinals a privileged replica reads them as (PCI bus-id ranks); on the recorded hosts they are equal."""
+    for name in ("node-a apply", "node-b", "h200 recorded", "mixed allowed", "three", "four"):
+        for pair in fact(played[name])["pairs"]:
+            assert pair["gpustack_gpu_indexes"] == pair["nvml_indices"] == pair["cuda_ordinals"], (name, pair)
+        assert gpu_identity.order_problems(fact(played[name]), name) == []
+    # Minor numbers out of order change nothing: they are reported, not pinned by.
+    minors = fact(played["h200 minors out of order"])
+    assert [g["minor_number"] for g in minors["gpus"]] == [1, 0]
+    assert minors["pairs"][0]["gpustack_gpu_indexes"] == minors["pairs"][0]["cuda_ordinals"] == [0, 1]
+    assert gpu_identity.order_problems(minors, "h200") == []
+
+
+def test_nvml_out_of_pci_order_returns_both_lists_and_the_check_refuses(played):
+    record = played["h200 out of pci order"]
+    assert record["_status"] == "ok" and record["changed"] is False  # the module reports; preflight refuses
+    (pair,) = fact(record)["pairs"]
+    assert pair["bus_ids"] == ["00000000:00:06.0", "00000000:00:07.0"]
+    assert pair["uuids"] == ["GPU-6b33c5dd-0b40-c25d-1b71-183571bef5b5", "GPU-4be1d14f-3910-7df3-9c07-b1322aeae564"]
+    assert pair["nvml_indices"] == pair["gpustack_gpu_indexes"] == [1, 0] and pair["cuda_ordinals"] == [0, 1]
+    found = gpu_identity.order_problems(fact(record), "h200")
+    assert [(p["uuid"], p["gpustack_index"], p["cuda_ordinal"]) for p in found] == [
+        (pair["uuids"][0], 1, 0), (pair["uuids"][1], 0, 1)]
+    assert "NVML/GPUStack order (index: UUID, bus id): 0 %s (00000000:00:07.0), 1 %s (00000000:00:06.0)" % (
+        pair["uuids"][1], pair["uuids"][0]) in found[0]["text"]
+
+
 def test_mixed_host_without_allow_mixed_leaves_both_with_reason(played):
     gpu = fact(played["mixed guarded"])
     assert gpu["pairs"] == []
@@ -109,7 +151,7 @@ def test_mixed_host_without_allow_mixed_leaves_both_with_reason(played):
 def test_mixed_host_pairs_pinned_by_uuid(played):
     (pair,) = fact(played["mixed allowed"])["pairs"]
     # NVML (PCI) order puts the slower 4070 Ti SUPER first; CUDA's default fastest-first order would not.
-    assert pair["nvml_indices"] == [0, 1] and pair["gpustack_gpu_indexes"] == [0, 1]
+    assert pair["nvml_indices"] == pair["gpustack_gpu_indexes"] == pair["cuda_ordinals"] == [0, 1]
     assert pair["cuda_visible_devices"] == f"{MIXED_4070},{MIXED_5080}"
     assert pair["mixed"] is True
     assert (pair["compute_capability"], pair["fp4_path"], pair["memory_total_mib"]) == ("8.9", "marlin", 16303)

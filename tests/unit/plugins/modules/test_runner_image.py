@@ -140,8 +140,10 @@ def test_absent_on_a_node_without_the_runtime_changes_nothing():
     assert not res.failed and not res.changed and json.dumps(res["present"]) == "false"
 
 
-def test_absent_needs_the_image_and_present_the_versions():
+def test_absent_needs_the_image_and_present_the_image_or_the_versions():
     res = run_module("runner_image", {"state": "absent"})
     assert res.failed and "image" in res["msg"]
-    res = run_module("runner_image", {"image": "x"})
-    assert res.failed and "vllm_version" in res["msg"]
+    # present: the image (any image the worker needs: the runner, gpustack-runtime's pause and health), or the
+    # versions the catalogue resolves the runner from
+    res = run_module("runner_image", {"vllm_version": "0.25.1"})
+    assert res.failed and "vllm_version and cuda_version are required" in res["msg"], res["msg"]
