@@ -81,14 +81,52 @@ def route_weights(key: str, route: str = ROUTE) -> dict:
             if t["route_id"] == routes[0]["id"]}
 
 
-# The podman service the lab's workers start the replicas through (scripts/lab.sh).
-REPLICA_ENGINE = ["podman", "--url", "unix:///run/pairserve-lab/podman.sock"]
+# The engines the lab's workers start replicas through (scripts/lab.sh): podman's service and a Docker engine on
+# the host; each node's inventory says which one its worker deploys through (pairserve_runner_runtime).
+ENGINES = {"podman": ["podman", "--url", "unix:///run/pairserve-lab/podman.sock"],
+           "docker": ["docker", "-H", "unix:///run/pairserve-lab/docker.sock"]}
+LAB_INVENTORY = REPO / "inventory" / "lab"
 
 
-def replica_container(instance_name: str) -> dict:
-    """podman inspect of the container GPUStack's worker runs an instance's vLLM in ({instance}-run-0)."""
-    out = subprocess.run(REPLICA_ENGINE + ["ps", "--format", "json"], check=True, capture_output=True, text=True)
-    names = [n for c in json.loads(out.stdout) for n in c["Names"] if n.startswith(instance_name) and "-run" in n]
-    assert len(names) == 1, f"run container of {instance_name}: {names}"
-    out = subprocess.run(REPLICA_ENGINE + ["inspect", names[0]], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)[0]
+def runtime_of(host: str) -> str:
+    """pairserve_runner_runtime of a lab node: its host_vars, else the lab's group_vars (serving.yml)."""
+    import yaml  # pylint: disable=import-outside-toplevel  # PyYAML: only the lab suites need it
+    for path in (LAB_INVENTORY / "host_vars" / f"{host}.yml", LAB_INVENTORY / "group_vars" / "all" / "serving.yml"):
+        value = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("pairserve_runner_runtime")
+        if value:
+            return value
+    return "docker"
+
+
+def _names(engine: str, listed: dict) -> list:
+    names = listed.get("Names")
+    return [names] if isinstance(names, str) else list(names or [])
+
+
+def engine_containers(engine: str) -> list:
+    """[(name, engine)] of every container of one of the lab's engines."""
+    if engine == "podman":
+        out = subprocess.run(ENGINES[engine] + ["ps", "-a", "--format", "json"], check=True, capture_output=True,
+                             text=True).stdout
+        listed = json.loads(out or "[]")
+    else:
+        out = subprocess.run(ENGINES[engine] + ["ps", "-a", "--format", "{{json .}}"], check=True,
+                             capture_output=True, text=True).stdout
+        listed = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [(name, engine) for c in listed for name in _names(engine, c)]
+
+
+def inspect(engine: str, name: str) -> dict:
+    """`inspect` of a container of an engine, with the engine's name under "PairserveEngine"."""
+    out = subprocess.run(ENGINES[engine] + ["inspect", name], check=True, capture_output=True, text=True)
+    return dict(json.loads(out.stdout)[0], PairserveEngine=engine)
+
+
+def replica_container(instance_name: str, suffix: str = "-run") -> dict:
+    """inspect of the container GPUStack's worker runs an instance's vLLM in ({instance}-run-0), in whichever of the
+    lab's engines started it (its name under "PairserveEngine"); suffix="-pause" finds the workload's pause
+    container."""
+    found = [(n, e) for engine in ENGINES for n, e in engine_containers(engine)
+             if n.startswith(instance_name) and suffix in n[len(instance_name):]]
+    assert len(found) == 1, f"{suffix} container of {instance_name}: {found}"
+    return inspect(found[0][1], found[0][0])

@@ -9,7 +9,7 @@ root=$PWD
 cache=$root/.cache
 mkdir -p "$cache"
 
-apt_packages=(git make rsync podman runc mmdebstrap postgresql iproute2 nftables ca-certificates curl docker-registry openssh-client)
+apt_packages=(git make rsync podman runc mmdebstrap postgresql iproute2 nftables ca-certificates curl docker-registry openssh-client docker.io)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

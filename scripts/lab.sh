@@ -304,10 +304,13 @@ day2_upgrade() {
     # A runner image that exists but cannot serve (the pause image under another name): the replica is drained,
     # registered with it, rolled out, fails verification, and is put back exactly as it was.
     lab_podman tag localhost/pairserve-runtime:pause localhost/pairserve-vllm-cpu:broken
+    # the same image in the Docker engine node-b deploys through
+    lab_podman save localhost/pairserve-vllm-cpu:broken | lab_docker load >/dev/null
     echo "=== lab upgrade: a runner image that cannot serve (expected: drained, verified, rolled back)"
     play "$dir/broken-image.log" "$dir/broken-image.rc" playbooks/upgrade.yml \
       -e '{"pairserve_runner_image": "localhost/pairserve-vllm-cpu:broken", "pairserve_verify_wait_timeout": 150}'
     lab_podman rmi localhost/pairserve-vllm-cpu:broken >/dev/null || true
+    lab_docker rmi localhost/pairserve-vllm-cpu:broken >/dev/null 2>&1 || true
   fi
   # What the new pins must keep (ids of clusters, workers, models, routes, targets, API keys) and what runs now.
   snapshot_gpustack "$dir/before.json"
@@ -500,15 +503,17 @@ YAML
 cpu_quota() {  # cpu_quota <container> <microseconds per 100 ms, -1: none>: the container's CFS quota (cgroup v1,
   # as on this kind of machine; `podman update --cpus` sets it but cannot lift it again)
   local id file
-  id=$(lab_podman inspect --format '{{.Id}}' "$1")
+  id=$(lab_podman inspect --format '{{.Id}}' "$1" 2>/dev/null || lab_docker inspect --format '{{.Id}}' "$1")
   file=$(find /sys/fs/cgroup/cpu/ -path "*$id*" -name cpu.cfs_quota_us 2>/dev/null | head -n 1 || true)
   [ -n "$file" ] || { echo "lab: no cgroup v1 CPU quota file for $1" >&2; return 1; }
   echo "$2" >"$file"
 }
 
-replica_container() {  # replica_container <model>: the running container GPUStack's worker started for it
+replica_container() {  # replica_container <model>: the running container GPUStack's worker started for it (in
+  # whichever of the lab's engines its node deploys through)
   local name
-  name=$(lab_podman ps --format '{{.Names}}' | grep -F -- "$1" | grep -v -e pause -e health | head -n 1)
+  name=$({ lab_podman ps --format '{{.Names}}'; lab_docker ps --format '{{.Names}}' 2>/dev/null; } |
+    grep -F -- "$1" | grep -v -e pause -e health | head -n 1)
   [ -n "$name" ] || { echo "lab: no running container of $1" >&2; return 1; }
   echo "$name"
 }
@@ -573,6 +578,44 @@ start_podman_service() {
   echo $! >"$state/podman.pid"
   for _ in $(seq 50); do [ -S "$run_dir/podman.sock" ] && return 0; sleep 0.2; done
   echo "podman service did not create $run_dir/podman.sock; see $state/podman-service.log" >&2
+  return 1
+}
+
+start_docker_engine() {
+  # GPUStack's Docker road (the runtime's first choice, what most GPU hosts run): a Docker engine on the host whose
+  # socket the nodes see at $run_dir/docker.sock; node-b's inventory names it (pairserve_runner_runtime: docker).
+  # Its default runtime is `nvidia`, as nvidia-ctk configures it on a real node: here the lab's stand-in
+  # (lab/nvidia-container-runtime), which reads NVIDIA_VISIBLE_DEVICES from each container's bundle and adds the
+  # recorded GPUs named there (node-b's recording, as the GPU stand-ins phase writes it), then runs the lab's runc
+  # wrapper (this sandbox's root cannot lower an OOM score or grant CAP_SYS_RESOURCE). Images live in .cache like
+  # the registry's; no bridge network (every lab container runs on the host's network or none).
+  local docker_data=$root/.cache/lab-docker
+  mkdir -p "$run_dir" "$docker_data"
+  cat >"$state/runc-lab" <<LAUNCHER
+#!/bin/sh
+exec /usr/bin/python3 $root/scripts/lib/runc-no-negative-oom "\$@"
+LAUNCHER
+  cat >"$state/nvidia-runtime" <<LAUNCHER
+#!/bin/sh
+PAIRSERVE_LAB_NODE=node-b PAIRSERVE_LAB_GPUS=$state/nvml-hook/hosts/node-b.json \\
+PAIRSERVE_LAB_MOUNTS=$state/nvml-hook/nvidia-smi:/usr/bin/nvidia-smi,$state/nvml-hook/cuda-uuids:/usr/local/bin/pairserve-lab-cuda-uuids \\
+PAIRSERVE_NEXT_RUNTIME=$state/runc-lab exec /usr/bin/python3 $root/lab/nvidia-container-runtime "\$@"
+LAUNCHER
+  chmod 0755 "$state/runc-lab" "$state/nvidia-runtime"
+  cat >"$state/docker-daemon.json" <<CONF
+{"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "$state/nvidia-runtime"}},
+ "iptables": false, "ip-forward": false, "ip-masq": false, "bridge": "none", "log-level": "warn"}
+CONF
+  if [ -f "$state/dockerd.pid" ] && kill -0 "$(cat "$state/dockerd.pid")" 2>/dev/null; then return 0; fi
+  setsid dockerd --config-file "$state/docker-daemon.json" --data-root "$docker_data" --exec-root "$run_dir/docker" \
+    --pidfile "$state/dockerd.pid.own" -H "unix://$run_dir/docker.sock" >"$state/dockerd.log" 2>&1 &
+  echo $! >"$state/dockerd.pid"
+  for _ in $(seq 100); do
+    docker -H "unix://$run_dir/docker.sock" version >/dev/null 2>&1 && return 0
+    kill -0 "$(cat "$state/dockerd.pid")" 2>/dev/null || break
+    sleep 0.2
+  done
+  echo "the lab's Docker engine did not answer on $run_dir/docker.sock; see $state/dockerd.log" >&2
   return 1
 }
 
@@ -789,7 +832,7 @@ start() {  # everything before the first converge; molecule default's create ste
   phase caches bash scripts/build_caches.sh || return
   phase "replica image" build_replica_image "$vllm_version" || return
   phase "runtime stand-ins" build_runtime_stand_ins || return
-  phase "host services" bash -c "$(declare -f stop_pid start_podman_service start_hub pairserve_lab_registries_conf); PAIRSERVE_LAB_REGISTRY=$PAIRSERVE_LAB_REGISTRY root=$root state=$state run_dir=$run_dir hub_vars=$hub_vars; start_podman_service && start_hub" || return
+  phase "host services" bash -c "$(declare -f stop_pid start_podman_service start_docker_engine start_hub pairserve_lab_registries_conf); PAIRSERVE_LAB_REGISTRY=$PAIRSERVE_LAB_REGISTRY root=$root state=$state run_dir=$run_dir hub_vars=$hub_vars; start_podman_service && start_docker_engine && start_hub" || return
   phase "registry" push_runner_image || return
   phase "GPU stand-ins" gpu_stand_ins || return
   phase "worker tools" worker_tools "$(pairserve_pin "$lab_pins" pairserve_gpustack_version)" || return
@@ -859,11 +902,13 @@ down() {
   # of a workload (the replica and its pause container) <prefix>/workload; each lab worker has its own
   # prefix, <node>.runtime.gpustack.ai (inventory/lab/group_vars/all/control_plane.yml).
   if [ -f "$state/containers.conf" ]; then
-    workload_containers | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f --depend -t 5 >/dev/null || true
+    workload_containers podman | xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f --depend -t 5 >/dev/null || true
   fi
+  workload_containers docker | xargs -r docker -H "unix://$run_dir/docker.sock" rm -f >/dev/null 2>&1 || true
   stop_ssh_masters
   stop_pid "$state/hub.pid"
   stop_pid "$state/podman.pid"
+  stop_pid "$state/dockerd.pid"
   stop_pid "$state/registry.pid"
   rm -rf "$run_dir" "$data_dir" "$state" "$hub_vars" "$upgrade_pins" "$digest_vars" "$cdi_dir"/pairserve-lab-*.json
   if [ "${1:-}" = --images ]; then
@@ -873,9 +918,16 @@ down() {
   echo "lab: down (cached images kept unless --images: $image, $PAIRSERVE_NODE_IMAGE)"
 }
 
-workload_containers() {  # ids of the containers gpustack-runtime started, whatever the workers' label prefix
-  podman ps -a --format '{{.ID}} {{.Labels}}' 2>/dev/null | awk '/runtime\.gpustack\.ai\/workload:/{print $1}'
+workload_containers() {  # [podman|docker]: ids of the containers gpustack-runtime started, whatever the prefix
+  if [ "${1:-podman}" = podman ] || [ -z "${1:-}" ]; then
+    podman ps -a --format '{{.ID}} {{.Labels}}' 2>/dev/null | awk '/runtime\.gpustack\.ai\/workload:/{print $1}'
+  fi
+  if [ "${1:-docker}" = docker ] && [ -S "$run_dir/docker.sock" ]; then
+    lab_docker ps -a --format '{{.ID}} {{.Labels}}' 2>/dev/null | awk '/runtime\.gpustack\.ai\/workload=/{print $1}'
+  fi
 }
+
+lab_docker() { docker -H "unix://$run_dir/docker.sock" "$@"; }
 
 # -- uninstall on the lab: what site.yml added is gone again, except what the uninstall keeps -----------
 
@@ -966,8 +1018,9 @@ uninstall_proof() {  # uninstall.yml on the converged lab, then each node agains
   mapfile -t found < <(workload_containers | sed 's/^/replica container /')
   mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
     grep -E ':(30080|30443|10150|10151|10161|10170|10171|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')
-  mapfile -t -O ${#found[@]} found < <(lab_podman images --format '{{.Repository}}@{{.Digest}}' 2>/dev/null |
-    grep -E "^$PAIRSERVE_LAB_REGISTRY/lab/(vllm-cpu|runtime)@" | sed 's/^/pinned image /')
+  mapfile -t -O ${#found[@]} found < <({ lab_podman images --format '{{.Repository}}@{{.Digest}}';
+    lab_docker images --digests --format '{{.Repository}}@{{.Digest}}'; } 2>/dev/null |
+    grep -E "^$PAIRSERVE_LAB_REGISTRY/lab/(vllm-cpu|runtime)@sha256" | sed 's/^/pinned image /')
   mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server)$' | sed 's/^/firewall /')
   # nginx's tree is kept as the package's; the collection's site in it is not.
   mapfile -t -O ${#found[@]} found < <(podman exec pairserve-lab-node-a sh -c \
@@ -997,7 +1050,7 @@ leftovers() {  # prints what the lab left behind (nothing after a clean `down`);
   done
   mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server)$' | sed 's/^/firewall /')
   mapfile -t -O ${#found[@]} found < <(ip netns list 2>/dev/null | grep -E '^pairserve-lab-' | sed 's/^/network namespace /')
-  mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab[.]hub|lab[.]route_load|podman system service .*pairserve-lab|docker-registry serve|ssh: .*\.lab/ssh/cp' | sed 's/^/process /')
+  mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab[.]hub|lab[.]route_load|podman system service .*pairserve-lab|dockerd .*pairserve-lab|docker-registry serve|ssh: .*\.lab/ssh/cp' | sed 's/^/process /')
   # The lab's listeners: GPUStack API and workers, PostgreSQL on node-a, replica port ranges.
   mapfile -t -O ${#found[@]} found < <(ss -Hltn | awk '{print $4}' |
     grep -E ':(30080|30443|10150|10151|10161|10170|10171|5432|5000|2222|2223|400[0-9][0-9]|401[0-6][0-9])$' | sed 's/^/listener /')

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from lab.api import REPLICA_ENGINE, ROUTE, WEIGHTS, call, items, lab_pins, read_keys, replica_container
+from lab.api import ENGINES, ROUTE, WEIGHTS, call, items, lab_pins, read_keys, replica_container
 
 PINS = lab_pins()
 
@@ -116,10 +116,11 @@ def test_replica_runs_the_pinned_vllm_from_the_registered_image(keys, models, ho
     # The container runs the very image the registered digest reference names (compared by image id: podman shows
     # a pulled image under whichever of its names it has first, the digest reference or an older local name).
     assert registered["image_name"].endswith("@" + PINS["pairserve_runner_image_digest"]), registered
-    named = subprocess.run(REPLICA_ENGINE + ["image", "inspect", "--format", "{{.Id}}", registered["image_name"]],
+    engine = ENGINES[container["PairserveEngine"]]
+    named = subprocess.run(engine + ["image", "inspect", "--format", "{{.Id}}", registered["image_name"]],
                            check=True, capture_output=True, text=True).stdout.strip()
-    assert container["Image"] == named, (container["Image"], container["ImageName"], named)
-    # podman 4.3 shows the entrypoint gpustack-runtime set as one string.
+    assert container["Image"] == named, (container["Image"], container.get("ImageName"), named)
+    # podman 4.3 shows the entrypoint gpustack-runtime set as one string (Docker: a list).
     argv = []
     for part in (container["Config"].get("Entrypoint"), container["Config"].get("Cmd")):
         argv += part.split() if isinstance(part, str) else list(part or [])
@@ -130,7 +131,7 @@ def test_replica_runs_the_pinned_vllm_from_the_registered_image(keys, models, ho
     env = dict(e.split("=", 1) for e in container["Config"]["Env"])
     assert env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID", env
     assert env.get("PYTORCH_ALLOC_CONF") == "expandable_segments:True", env
-    version = subprocess.run(REPLICA_ENGINE + ["exec", container["Id"], "vllm", "--version"], check=True,
+    version = subprocess.run(engine + ["exec", container["Id"], "vllm", "--version"], check=True,
                              capture_output=True, text=True).stdout.strip().splitlines()[-1]
     # The CPU build reports <version>+cpu, as vLLM's own CPU builds do.
     assert version.split("+")[0] == PINS["pairserve_vllm_version"], version

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from lab.api import REPLICA_ENGINE, REPO, ROUTE, call, items, read_keys, replica_container
+from lab.api import ENGINES, REPO, ROUTE, call, items, read_keys, replica_container
 from support.recap import parse_recap
 
 STOPPED = f"{ROUTE}-node-b"
@@ -118,7 +118,8 @@ def test_a_stopped_replica_fails_the_play_naming_it_then_the_lab_recovers(keys):
     assert before["state"] == "running", before
     container = replica_container(before["name"])
     try:
-        subprocess.run(REPLICA_ENGINE + ["stop", "--time", "10", container["Id"]], check=True, capture_output=True,
+        subprocess.run(ENGINES[container["PairserveEngine"]] + ["stop", "--time", "10", container["Id"]], check=True,
+                       capture_output=True,
                        text=True, timeout=120)
         deadline = time.monotonic() + RECOVERY_S
         while True:
@@ -129,7 +130,8 @@ def test_a_stopped_replica_fails_the_play_naming_it_then_the_lab_recovers(keys):
                 break
             # Restarted and booted between the look and the play: stop the new container too.
             assert time.monotonic() < deadline, "the instance never stayed down long enough:\n" + run.stdout[-3000:]
-            subprocess.run(REPLICA_ENGINE + ["stop", "--time", "10", replica_container(before["name"])["Id"]],
+            subprocess.run(ENGINES[container["PairserveEngine"]] + ["stop", "--time", "10",
+                                                               replica_container(before["name"])["Id"]],
                            check=True, capture_output=True, text=True, timeout=120)
         assert run.returncode == 2, run.stdout[-4000:] + run.stderr[-2000:]
         out = re.sub(r"\s+", " ", run.stdout)
@@ -139,7 +141,8 @@ def test_a_stopped_replica_fails_the_play_naming_it_then_the_lab_recovers(keys):
         assert (parse_recap(run.stdout) or {}).get("node-a", {}).get("changed") == 0, run.stdout[-2000:]
     finally:
         # GPUStack may already have removed that container and started a new one: then this start fails, harmlessly.
-        subprocess.run(REPLICA_ENGINE + ["start", container["Id"]], check=False, capture_output=True, text=True,
+        subprocess.run(ENGINES[container["PairserveEngine"]] + ["start", container["Id"]], check=False,
+                       capture_output=True, text=True,
                        timeout=120)
         wait_for(f"{STOPPED} to run again", lambda: state(key, STOPPED) == "running")
         wait_for("requests through the route to be answered", lambda: route_answers(keys["inference"]))
