@@ -909,6 +909,8 @@ down() {
   stop_pid "$state/hub.pid"
   stop_pid "$state/podman.pid"
   stop_pid "$state/dockerd.pid"
+  # The Docker engine leaves its bind of the host's network namespace mounted under its exec root.
+  awk -v dir="$run_dir/" 'index($2, dir) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n 1 umount -l 2>/dev/null || true
   stop_pid "$state/registry.pid"
   rm -rf "$run_dir" "$data_dir" "$state" "$hub_vars" "$upgrade_pins" "$digest_vars" "$cdi_dir"/pairserve-lab-*.json
   if [ "${1:-}" = --images ]; then

@@ -10,15 +10,13 @@ The module runs through real Ansible (run_module) against a local HTTP server th
 
 from __future__ import annotations
 
-import json
 import posixpath
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from lab import pins
 from lab.ansible_runner import run_module
+from support.local_http import JsonStub, gpustack_page
 
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     SEED_ENV,
@@ -36,30 +34,9 @@ MOUNT = "/var/lib/pairserve/hf-cache/models--org--name/pairserve/export"
 
 @pytest.fixture()
 def recorder():
-    """A server that records each request and answers 500 (nothing past the first request matters here)."""
-    seen = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self):
-            seen.append((self.command, self.path))
-            body = json.dumps({"message": "recorder"}).encode()
-            self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = do_PUT = do_DELETE = _answer
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield "http://127.0.0.1:%d" % httpd.server_address[1], seen
-    httpd.shutdown()
-    httpd.server_close()
+    """A GPUStack that answers every request with HTTP 500: (url, the requests that reached it)."""
+    with JsonStub(lambda request: (500, {"message": "recorder"})) as stub:
+        yield stub.url, stub.seen
 
 
 def _args(url, env):
@@ -86,7 +63,7 @@ def test_an_env_that_adds_or_repeats_the_seed_reaches_gpustack(recorder):
     res = run_module("gpustack_model", _args(url, dict(SEED_ENV, GPUSTACK_SKIP_GPU_COUNT_CHECK="1")))
     # Past the env check: the module asked GPUStack, and failed on the recorder's 500.
     assert res.failed and "would replace the seed" not in res["msg"], res.result
-    assert seen and seen[0][0] == "GET", seen
+    assert seen and seen[0].method == "GET", seen
 
 
 def test_conflicts_name_each_changed_seed_variable_only():
@@ -102,38 +79,16 @@ def fake_gpustack():
     every POST and PUT body is recorded and stored back."""
     state = {"models": [], "bodies": []}
 
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, status, data):
-            body = json.dumps(data).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(request):
+        if request.method == "GET":
+            return 200, gpustack_page(state["models"] if request.path == "/v2/models" else [])
+        body = request.json()
+        state["bodies"].append((request.method, request.target, body))
+        state["models"] = [dict(body, id=7)]
+        return 200, state["models"][0]
 
-        def do_GET(self):
-            path = self.path.split("?", 1)[0]
-            items = state["models"] if path == "/v2/models" else []
-            self._send(200, {"items": items, "pagination": {"totalPage": 1}})
-
-        def _write(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            state["bodies"].append((self.command, self.path, body))
-            model = dict(body, id=7)
-            state["models"] = [model]
-            self._send(200, model)
-
-        do_POST = do_PUT = _write
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield "http://127.0.0.1:%d" % httpd.server_address[1], state
-    httpd.shutdown()
-    httpd.server_close()
+    with JsonStub(answer) as stub:
+        yield stub.url, state
 
 
 def _present(url, env, local_path=CKPT):
