@@ -72,7 +72,7 @@ class ContainerRuntimeError(ValueError):
 def _runtime(runtime):
     if runtime not in RUNTIMES:
         raise ContainerRuntimeError("pairserve_runner_runtime is %r: GPUStack's worker deploys through %s"
-                            % (runtime, " or ".join(sorted(RUNTIMES))))
+                                    % (runtime, " or ".join(sorted(RUNTIMES))))
     return RUNTIMES[runtime]
 
 
@@ -99,7 +99,7 @@ def endpoint(runtime, host=""):
     path = socket_path(host) if host else spec["socket"]
     if host and path is None and "://" not in host:
         raise ContainerRuntimeError("pairserve_runner_runtime_host is %r: expected unix:///path/to.sock, "
-                            "http+unix:///path/to.sock, tcp://host:port or ssh://user@host/path" % (host,))
+                                    "http+unix:///path/to.sock, tcp://host:port or ssh://user@host/path" % (host,))
     is_default = path == spec["socket"]
     return {
         "runtime": runtime,
@@ -139,7 +139,7 @@ def worker_env(runtime, host="", pause_image="", health_image="", request_timeou
         timeout = int(request_timeout)
         if timeout < 1:
             raise ContainerRuntimeError("pairserve_gpustack_request_timeout is %r: a number of seconds, at least 1"
-                                % (request_timeout,))
+                                        % (request_timeout,))
         env[PROXY_TIMEOUT_ENV] = str(timeout)
     return env
 

@@ -130,8 +130,8 @@ def test_a_stopped_replica_fails_the_play_naming_it_then_the_lab_recovers(keys):
                 break
             # Restarted and booted between the look and the play: stop the new container too.
             assert time.monotonic() < deadline, "the instance never stayed down long enough:\n" + run.stdout[-3000:]
-            subprocess.run(ENGINES[container["PairserveEngine"]] + ["stop", "--time", "10",
-                                                               replica_container(before["name"])["Id"]],
+            again = replica_container(before["name"])
+            subprocess.run(ENGINES[again["PairserveEngine"]] + ["stop", "--time", "10", again["Id"]],
                            check=True, capture_output=True, text=True, timeout=120)
         assert run.returncode == 2, run.stdout[-4000:] + run.stderr[-2000:]
         out = re.sub(r"\s+", " ", run.stdout)

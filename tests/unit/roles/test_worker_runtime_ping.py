@@ -29,7 +29,7 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
     daemon_threads = True
 
     def get_request(self):
-        request, _ = super().get_request()
+        request = super().get_request()[0]
         return request, ("local", 0)  # BaseHTTPRequestHandler wants a (host, port) client address
 
 

@@ -82,8 +82,10 @@ def test_every_name_the_collection_sets_is_refused_in_the_inventorys_worker_env(
     assert cr.owned_env_problems({"GPUSTACK_RUNTIME_DEPLOY_LABEL_PREFIX": "x"}) == []
 
 
-@pytest.mark.parametrize("runtime,host,unit", [("docker", "", "docker.service"), ("podman", "", "podman.socket"),
-                                                ("podman", "unix:///run/pairserve-lab/podman.sock", None)])
+@pytest.mark.parametrize("runtime,host,unit", [
+    ("docker", "", "docker.service"), ("podman", "", "podman.socket"),
+    ("podman", "unix:///run/pairserve-lab/podman.sock", None),
+])
 def test_the_worker_unit_starts_after_its_runtime_with_the_collections_settings(tmp_path, runtime, host, unit):
     out = tmp_path / "gpustack-worker.service"
     variables = {
