@@ -5,7 +5,7 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help deps caches lint sanity unit integration integration-day2 integration-upgrade molecule lab-test release-check docs test lab lab-down bench
+.PHONY: help lab-free deps caches lint sanity unit integration integration-day2 integration-upgrade molecule lab-test release-check docs test lab lab-down bench
 
 help: ## list the targets and what each does
 	@awk -F':.*## ' '/^[a-z][a-z0-9-]*:.*## /{printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -49,7 +49,16 @@ docs: deps ## regenerate docs/reference/ from argument_specs and module document
 
 # The lab test runs molecule/default's testinfra suite against the lab, a superset of that scenario (same node
 # image, inventory and control-plane play, plus serving), so CI does not converge the control plane twice.
-test: deps lint sanity unit integration lab-test release-check ## the whole test suite (what CI runs)
+test: lab-free deps lint sanity unit integration lab-test release-check ## the whole test suite (what CI runs)
+
+# The lab tier brings up a lab of its own from fresh nodes (its first step is check mode on them): a lab left up by
+# `make lab` is refused here, in the first second, instead of after the other tiers' half hour.
+lab-free: ## refuse at once when a lab from `make lab` is up (make test needs fresh nodes; run `make lab-down`)
+	@if podman container exists pairserve-lab-node-a 2>/dev/null || podman container exists pairserve-lab-node-b 2>/dev/null \
+	    || [ -e .lab/converge-1.log ]; then \
+	  echo "make test: the lab from \`make lab\` is up, and the lab tier starts from fresh nodes: run \`make lab-down\` first (it removes the lab; the caches stay)" >&2; \
+	  exit 1; \
+	fi
 
 lab: deps ## the main job on its embedded default: the local lab
 	bash scripts/lab.sh up
