@@ -82,6 +82,16 @@ def test_each_replica_runs_as_gpustack_starts_it_on_its_nodes_own_road(keys, hos
     mounts = [m.get("Destination") for m in container.get("Mounts") or []]
     assert cache.endswith("/.vllm-cache") and any(cache.startswith(m.rstrip("/") + "/") for m in mounts), \
         (cache, mounts)
+    # what the replica writes there lands on the node, outside the container, so a new container finds it
+    marker = "%s/pairserve-test-%s" % (cache, instance["name"])
+    engine = ENGINES[container["PairserveEngine"]]
+    subprocess.run(engine + ["exec", container["Id"], "sh", "-c", "mkdir -p '%s' && touch '%s'" % (cache, marker)],
+                   check=True, capture_output=True, text=True)
+    try:
+        on_node = subprocess.run(["podman", "exec", "pairserve-lab-%s" % host, "test", "-f", marker], check=False)
+        assert on_node.returncode == 0, "%s, written in the replica, is not on %s" % (marker, host)
+    finally:
+        subprocess.run(engine + ["exec", container["Id"], "rm", "-f", marker], check=False, capture_output=True)
 
 
 @pytest.mark.parametrize("host", sorted(RECORDED))
