@@ -98,7 +98,7 @@ def runtime_of(host: str) -> str:
     return "docker"
 
 
-def _names(engine: str, listed: dict) -> list:
+def _names(listed: dict) -> list:
     names = listed.get("Names")
     return [names] if isinstance(names, str) else list(names or [])
 
@@ -113,7 +113,7 @@ def engine_containers(engine: str) -> list:
         out = subprocess.run(ENGINES[engine] + ["ps", "-a", "--format", "{{json .}}"], check=True,
                              capture_output=True, text=True).stdout
         listed = [json.loads(line) for line in out.splitlines() if line.strip()]
-    return [(name, engine) for c in listed for name in _names(engine, c)]
+    return [(name, engine) for c in listed for name in _names(c)]
 
 
 def inspect(engine: str, name: str) -> dict:
