@@ -138,3 +138,14 @@ def test_docker_without_the_nvidia_runtime_as_its_default_is_refused_before_anyt
     res, _calls = play(tmp_path, "runtime", info='{"DefaultRuntime": "runc", "CDISpecDirs": []}',
                        pairserve_gpustack_worker_env={"GPUSTACK_RUNTIME_DOCKER_RESOURCE_INJECTION_POLICY": "CDI"})
     assert "reads no CDI spec directory" in failed_msg(res)
+
+
+def test_a_runtime_whose_socket_unit_is_missing_is_refused_before_anything(tmp_path):
+    # a unit name no machine has: refused by the read-only runtime checks (preflight), naming the unit and the way out
+    res, calls = play(tmp_path, "runtime", pairserve_runner_endpoint={
+        "deployer": "Docker", "socket": "/var/run/docker.sock", "unit": "pairserve-test-absent.socket", "default": True,
+        "cli_env": "DOCKER_HOST", "cli_host": "unix:///var/run/docker.sock", "worker_host": "http+unix:///var/run/docker.sock"})
+    msg = failed_msg(res)
+    assert "localhost: GPUStack's worker will deploy through Docker at /var/run/docker.sock" in msg, msg
+    assert "pairserve-test-absent.socket" in msg and "pairserve_runner_runtime_host" in msg, msg
+    assert [c[0] for c in calls] == ["info"]
