@@ -159,7 +159,12 @@ def test_bench_weights_follow_measured_throughput(inventory, vllm_servers, tmp_p
     assert basis["fast"] > 0 and basis["slow"] > 0
     # Which one is faster is measured, not assumed: on a busy 2-core CI machine the API server's per-token work
     # can hide the batching advantage (measured 84.7 vs 71.5 tok/s here). The weights must follow the measurement.
-    assert (weights["fast"] > weights["slow"]) == (basis["fast"] > basis["slow"])
+    # Shares are whole percents: a gap under 1 % (measured 284.5 vs 279.7 tok/s) rounds to 50/50, so the faster one
+    # never gets less, and gets more once the gap survives rounding.
+    faster, slower = sorted(basis, key=basis.get, reverse=True)
+    assert weights[faster] >= weights[slower]
+    if round(100 * basis[faster] / (basis[faster] + basis[slower])) > 50:
+        assert weights[faster] > weights[slower]
     assert sum(weights.values()) == 100
     assert abs(weights["fast"] - 100 * basis["fast"] / (basis["fast"] + basis["slow"])) <= 1
     run_dir = Path(bench["run_dir"])
