@@ -1,18 +1,21 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters pairserve.llm.inventory_problems, inventory_check_vars, controller_problems and gpu_uuid_conflicts
-(documented in their .yml files)."""
+"""Filters pairserve.llm.inventory_problems, inventory_report, inventory_check_vars, secret_state,
+controller_problems and gpu_uuid_conflicts (documented in their .yml files)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible.template import AnsibleUndefined, accept_args_markers, get_first_marker_arg
 
 from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import (
     SECRET_VARS,
+    VAULTED_VARS,
     VIEW_VARS,
     controller_problems as _controller_problems,
     gpu_conflicts,
     problems,
+    report,
 )
 
 
@@ -20,6 +23,30 @@ def inventory_problems(views, groups, constraints_versions=None):
     if not isinstance(views, dict) or not isinstance(groups, dict):
         raise AnsibleFilterError("pairserve.llm.inventory_problems: expected views and groups as dicts")
     return problems(views, groups, constraints_versions)
+
+
+def inventory_report(found):
+    """The problems as the validation play prints them (documented in inventory_report.yml)."""
+    if not isinstance(found, list) or not all(isinstance(p, dict) and {"host", "variable", "problem"} <= set(p)
+                                              for p in found):
+        raise AnsibleFilterError("pairserve.llm.inventory_report: expected a list of problems, each with host, "
+                                 "variable and problem")
+    return report(found)
+
+
+@accept_args_markers
+def secret_state(value):
+    """set, unset or locked (vaulted, and no vault password in this run); documented in secret_state.yml.
+
+    A vaulted value this run cannot decrypt reaches the filter as Ansible's marker instead of stopping the template,
+    so the validation play lists it with the other problems; the value itself is never returned."""
+    marker = get_first_marker_arg([value], {})
+    if isinstance(marker, AnsibleUndefined):
+        return "unset"
+    if marker is not None:
+        # ansible-core's marker of a vaulted value it has no secret for; any other error stays the error it is
+        return "locked" if type(marker).__name__ == "VaultExceptionMarker" else marker
+    return "set" if value is not None and len(str(value)) > 0 else "unset"
 
 
 def controller_problems(view, host, nodes):
@@ -32,7 +59,7 @@ def controller_problems(view, host, nodes):
 
 def inventory_check_vars(_input):
     """The names a host's view holds (documented in inventory_check_vars.yml)."""
-    return {"vars": list(VIEW_VARS), "secrets": list(SECRET_VARS)}
+    return {"vars": list(VIEW_VARS), "secrets": list(SECRET_VARS), "vaulted": list(VAULTED_VARS)}
 
 
 def gpu_uuid_conflicts(pairs_by_host, others=None):
@@ -52,4 +79,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
 
     def filters(self):
         return {"inventory_problems": inventory_problems, "inventory_check_vars": inventory_check_vars,
+                "inventory_report": inventory_report, "secret_state": secret_state,
                 "controller_problems": controller_problems, "gpu_uuid_conflicts": gpu_uuid_conflicts}

@@ -20,6 +20,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils import (
     firewall,
     hub,
     routes,
+    worker_tools,
 )
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
@@ -44,7 +45,8 @@ VIEW_VARS = (
     "pairserve_replica_restart", "pairserve_bench_weights_file", "inventory_dir",
     "pairserve_runtime_pause_image", "pairserve_runtime_pause_image_digest", "pairserve_runtime_health_image",
     "pairserve_runtime_health_image_digest", "pairserve_runner_runtime", "pairserve_runner_runtime_host",
-    "pairserve_gpustack_worker_env",
+    "pairserve_gpustack_worker_env", "pairserve_verify_routes", "pairserve_split_routes",
+    "pairserve_gpustack_tools_archive",
 ) + (
     # the controller's (checked on the server host when it is enabled; playbooks/validate.yml reads the literal
     # defaults of roles/controller, the role's preflight checks the same rule: controller_problems)
@@ -53,8 +55,14 @@ VIEW_VARS = (
     "pairserve_controller_min_change", "pairserve_controller_interval", "pairserve_controller_hold",
     "pairserve_controller_horizon", "pairserve_controller_model_name",
 )
-# Secrets: the view says only whether each is set (never its value).
+# Secrets: the view says only whether each is set (never its value), and the vault variable the example inventory
+# reads it from (docs/first-install.md, step 3 creates them).
 SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_password")
+VAULT_VARS = dict((name, "vault_" + name) for name in SECRET_VARS)
+# Variables that may come from the vault: the view says whether each is vaulted and this run cannot decrypt it
+# (no --ask-vault-pass), so validation lists that among the other problems instead of stopping at the first use.
+VAULTED_VARS = SECRET_VARS + ("pairserve_gpustack_tls_key", "pairserve_hf_token")
+SECRETS_STEP = "docs/first-install.md, step 3"
 SERVING_MODES = ("pooled", "split")
 EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -62,12 +70,60 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
+# Where a copy of inventory/example sets each variable (tests/unit/docs keeps this table true to the example's files).
+# A variable not listed here goes to group_vars/all/ (every host) or host_vars/<host>.yml (one host).
+FIX_IN = dict(
+    [(v, "group_vars/all/pins.yml") for v in (
+        "pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image",
+        "pairserve_runner_image_digest", "pairserve_checkpoint_repo", "pairserve_checkpoint_revision",
+        "pairserve_runtime_pause_image", "pairserve_runtime_pause_image_digest", "pairserve_runtime_health_image",
+        "pairserve_runtime_health_image_digest")]
+    + [(v, "group_vars/all/serving.yml") for v in (
+        "pairserve_serving_mode", "pairserve_route_name", "pairserve_route_weights", "pairserve_replica_profile",
+        "pairserve_profiles", "pairserve_verify_routes", "pairserve_split_routes")]
+    + [(v, "group_vars/all/control_plane.yml") for v in (
+        "pairserve_gpustack_api_port", "pairserve_gpustack_tools_archive", "pairserve_gpustack_tls_cert",
+        "pairserve_gpustack_tls_key", "pairserve_gpustack_tls_ca_file", "pairserve_firewall_allowed_sources",
+        "pairserve_lab_mode")]
+    + [(v, "group_vars/all/controller.yml") for v in (
+        "pairserve_controller_enabled", "pairserve_controller_mode", "pairserve_controller_replicas",
+        "pairserve_controller_sleep_replica")]
+    + [(v, "group_vars/all/vault.yml (%s)" % SECRETS_STEP) for v in SECRET_VARS]
+    + [("groups.gpustack_server", "hosts.yml"), ("groups.gpu_nodes", "hosts.yml")])
+
+
+def fix_in(variable):
+    """Where to fix ``variable`` in a copy of the example inventory."""
+    return FIX_IN.get(variable, "group_vars/all/ or host_vars/<host>.yml")
+
+
 class Problems(list):
-    """The list of problems, each {"host", "variable", "problem"}."""
+    """The list of problems, each {"host", "variable", "problem", "fix", "text"}."""
 
     def add(self, host, variable, problem):
-        self.append({"host": host, "variable": variable, "problem": problem,
+        self.append({"host": host, "variable": variable, "problem": problem, "fix": fix_in(variable),
                      "text": "%s: %s: %s" % (host, variable, problem)})
+
+
+def report(found):
+    """The validation play's lines: one per problem, ``<hosts>: <variable>: <rule> [fix in: <file>]``.
+
+    The same problem of the same variable on several hosts (a group-wide pin, a placeholder) is one line naming
+    every host, in the order the problems came. ``found``: problems as ``problems()`` (or the TLS check) returns
+    them; a problem without ``fix`` gets the table's."""
+    merged, order = {}, []
+    for problem in found:
+        key = (problem["variable"], problem["problem"])
+        if key not in merged:
+            merged[key] = []
+            order.append(key)
+        if problem["host"] not in merged[key]:
+            merged[key].append(problem["host"])
+    lines = []
+    for variable, problem in order:
+        lines.append("%s: %s: %s [fix in: %s]" % (", ".join(merged[(variable, problem)]), variable,
+                                                  problem.rstrip(), fix_in(variable)))
+    return lines
 
 
 def _true(value):
@@ -136,8 +192,8 @@ def _check_runtime(out, host, view):
             out.add(host, var, "%s carries a digest: put it in %s_digest" % (image, var))
         if not (isinstance(digest, str) and DIGEST.match(digest)):
             out.add(host, var + "_digest", "%r is not sha256:<64 hex>: the runtime pulls %s by its floating tag "
-                    "otherwise (find the digest with `docker buildx imagetools inspect %s`)"
-                    % (digest, image if isinstance(image, str) and image else "the image", image or "IMAGE"))
+                    "otherwise (docs/first-install.md, step 2, finds the digest with docker pull and docker image "
+                    "inspect)" % (digest, image if isinstance(image, str) and image else "the image"))
     runtime = view.get("pairserve_runner_runtime") or "docker"
     try:
         container_runtime.endpoint(runtime, view.get("pairserve_runner_runtime_host") or "")
@@ -214,11 +270,16 @@ def problems(views, groups, constraints_versions=None):
         view = views.get(host) or {}
         _check_pins(out, host, view, constraints_versions)
         _check_ports(out, host, view)
+        for var in VAULTED_VARS:
+            if view.get(var + "_locked"):
+                out.add(host, var, "is vaulted, and this run has no vault password to read it: run again with "
+                        "--ask-vault-pass (or --vault-password-file FILE)")
     for host in servers:
         view = views.get(host) or {}
         for var in SECRET_VARS:
-            if not view.get(var + "_set"):
-                out.add(host, var, "is not set (put it in your vault)")
+            if not view.get(var + "_set") and not view.get(var + "_locked"):
+                out.add(host, var, "is not set: vault it as %s (ansible-vault encrypt_string --name %s ...)"
+                        % (VAULT_VARS[var], VAULT_VARS[var]))
         mode = view.get("pairserve_serving_mode")
         if mode not in SERVING_MODES:
             out.add(host, "pairserve_serving_mode", "%r is not one of %s" % (mode, ", ".join(SERVING_MODES)))
@@ -242,6 +303,12 @@ def problems(views, groups, constraints_versions=None):
         _check_profile(out, host, view, name)
         _check_env(out, host, view)
         _check_runtime(out, host, view)
+        # The worker role stages the tools from it on this node: checked here, before GPUStack is installed.
+        archive = view.get(worker_tools.VARIABLE)
+        if archive is None:
+            archive = worker_tools.default_path(view.get("pairserve_gpustack_version"))
+        for problem in worker_tools.problems(archive, view.get("inventory_dir")):
+            out.add(host, worker_tools.VARIABLE, problem)
         if view.get("pairserve_replica_restart") not in (None, False):
             # The drained restart's own switch (role maintenance, entry point restart): set for a whole run, every
             # registration would delete the node's running instances without draining them first.
@@ -264,6 +331,7 @@ def problems(views, groups, constraints_versions=None):
         worker_names[worker] = host
     if servers:
         _check_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles)
+        _check_verify_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles)
         out.extend(controller_problems(servers[0], views.get(servers[0]) or {}, nodes))
     return sorted(out, key=lambda p: (p["host"] != "all", p["host"], p["variable"]))
 
@@ -364,22 +432,9 @@ def _check_routes(out, server, view, nodes, profiles):
             out.add(server, "pairserve_serving_mode", "pooled puts every replica behind one route, but the nodes "
                     "run different profiles (%s): use split, or one profile"
                     % ", ".join("%s: %s" % item for item in sorted(profiles.items())))
-        weights = view.get("pairserve_route_weights")
-        if not isinstance(weights, dict) or not weights:
-            out.add(server, "pairserve_route_weights", "expected {host: weight} for the pooled route, got %r"
-                    % (weights,))
-            return
-        for host, weight in sorted(weights.items()):
-            if host not in nodes:
-                out.add(server, "pairserve_route_weights", "%s is not a host of gpu_nodes (%s)"
-                        % (host, ", ".join(nodes)))
-            if not _is_int(weight) or weight < 0:
-                out.add(server, "pairserve_route_weights", "%s: %r is not a whole number >= 0" % (host, weight))
-        missing = [h for h in nodes if h not in weights]
-        if missing:
-            out.add(server, "pairserve_route_weights", "has no weight for %s" % ", ".join(missing))
-        if not [w for w in weights.values() if _is_int(w) and w > 0]:
-            out.add(server, "pairserve_route_weights", "no weight above 0: the route would send nothing")
+        # routes.weight_problems is the route role's rule too: a host left out gets routes.DEFAULT_HOST_WEIGHT.
+        for problem in routes.weight_problems(view.get("pairserve_route_weights"), list(nodes)):
+            out.add(server, "pairserve_route_weights", problem)
     elif mode == "split" and len(set(map(str, profiles.values()))) < 2 and len(nodes) > 1:
         out.add(server, "pairserve_serving_mode", "split gives each profile its own route, but every node runs "
                 "%s: give the nodes different profiles, or use pooled" % next(iter(profiles.values())))
@@ -429,3 +484,54 @@ def gpu_conflicts(pairs_by_host, others=None):
         out.add(first[0], "pairserve_gpu", "%s %s in %s: a GPU serves one replica only; %s"
                 % (", ".join(uuids), "is" if len(uuids) == 1 else "are", where, cause))
     return sorted(out, key=lambda p: (p["host"], p["problem"]))
+
+
+def _verify_targets(view, nodes, profiles):
+    """{route name: [replica names]} the serving mode makes, as the replica and route roles name them."""
+    model = view.get("pairserve_model_name")
+    if view.get("pairserve_serving_mode") == "split":
+        split = view.get("pairserve_split_routes") or {}
+        out = {}
+        for host in nodes:
+            profile = profiles.get(host)
+            name = (split.get(profile) if isinstance(split, dict) else None) or "%s-%s" % (
+                view.get("pairserve_route_name"), profile)
+            out.setdefault(name, []).append("%s-%s" % (model, host))
+        return out
+    return {view.get("pairserve_route_name"): ["%s-%s" % (model, host) for host in nodes]}
+
+
+def _check_verify_routes(out, server, view, nodes, profiles):
+    """pairserve_verify_routes against the GPU nodes: verify runs last, so a renamed host or a route that does not
+    exist would otherwise fail only after everything is installed. A host's further pairs are ``-p<N>``."""
+    var = "pairserve_verify_routes"
+    wanted = view.get(var)
+    if view.get("pairserve_serving_mode") not in SERVING_MODES or wanted is None:
+        return
+    if not isinstance(wanted, list) or not all(isinstance(r, dict) for r in wanted):
+        out.add(server, var, "expected a list of {name, models, max_model_len, multimodal}, got %r" % (wanted,))
+        return
+    targets = _verify_targets(view, nodes, profiles)
+    made = set(name for names in targets.values() for name in names)
+    covered = set()
+    for route in wanted:
+        name = route.get("name")
+        if name not in targets:
+            out.add(server, var, "route %r is not a route this inventory makes (%s): verify would fail after "
+                    "everything is installed" % (name, ", ".join(map(str, targets))))
+        models = route.get("models") or []
+        if not isinstance(models, list):
+            out.add(server, var, "route %s: models %r is not a list of replica names" % (name, models))
+            continue
+        for model in models:
+            base = re.sub(r"-p[0-9]+$", "", str(model))
+            if base not in made:
+                out.add(server, var, "route %s: %s is not a replica of a GPU node (the replicas are %s): after a "
+                        "host is renamed, name its replica here too" % (name, model, ", ".join(sorted(made))))
+            else:
+                covered.add(base)
+    for host in nodes:
+        replica = "%s-%s" % (view.get("pairserve_model_name"), host)
+        if replica not in covered:
+            out.add(server, var, "%s (the replica of %s) is in no route verify checks: add it to the models of %s"
+                    % (replica, host, next((r for r, names in targets.items() if replica in names), "its route")))

@@ -131,6 +131,29 @@ def split_share(share, names):
     return proportional(dict((n, 1) for n in names), total=int(share))
 
 
+def weight_problems(weights, hosts):
+    """What is wrong with ``pairserve_route_weights`` (``weights``, by host) for a pooled route over ``hosts``.
+
+    The one rule of the inventory check and the route role: a dict of whole numbers >= 0 keyed by hosts of
+    ``hosts``; a host left out gets ``DEFAULT_HOST_WEIGHT`` (so ``{}``, the route role's default, splits evenly);
+    at least one host above 0. Returns a list of sentences, empty when the weights are fine."""
+    if weights is None:
+        weights = {}
+    if not isinstance(weights, dict):
+        return ["expected {host: weight} for the pooled route, got %r" % (weights,)]
+    out = []
+    for host, weight in sorted(weights.items(), key=lambda item: str(item[0])):
+        if host not in hosts:
+            out.append("%s is not a host of gpu_nodes (%s)" % (host, ", ".join(hosts)))
+        if not isinstance(weight, int) or isinstance(weight, bool) or weight < 0:
+            out.append("%s: %r is not a whole number >= 0" % (host, weight))
+    effective = [weights.get(h, DEFAULT_HOST_WEIGHT) for h in hosts]
+    if hosts and not [w for w in effective if isinstance(w, int) and not isinstance(w, bool) and w > 0]:
+        out.append("no weight above 0 for %s (a host left out gets %d): the route would send nothing"
+                   % (", ".join(hosts), DEFAULT_HOST_WEIGHT))
+    return out
+
+
 def host_share(weights, host, default=DEFAULT_HOST_WEIGHT):
     """The pooled share of ``host`` from ``pairserve_route_weights`` (hosts not named get ``default``)."""
     return int((weights or {}).get(host, default))

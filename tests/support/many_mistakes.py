@@ -4,6 +4,7 @@ the lab suite layers it over the running lab (molecule/default/tests/test_valida
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 MISTAKES = Path(__file__).resolve().parents[1] / "fixtures" / "inventories" / "many-mistakes"
@@ -21,5 +22,11 @@ EXPECTED = frozenset({
     ("node-b", "pairserve_model_name"), ("node-c", "pairserve_profiles"), ("node-c", "pairserve_gpustack_worker_name"),
     ("node-c", "pairserve_firewall_allowed_sources"), ("node-c", "pairserve_gpustack_worker_service_port_range"),
 })
-# What reports each one as a line of the validation play's message: "<host>: <variable>: <what is wrong>".
-PROBLEM_RE = r"(node-[abc]): (pairserve_[a-z_]+):"
+# What reports each one as a line of the validation play's message: "<hosts>: <variable>: <what is wrong> [fix in:
+# <file>]", one problem a line, the same problem of several hosts on one line ("node-a, node-b: ...").
+PROBLEM_RE = r"(?m)^\s*((?:node-[abc], )*node-[abc]): (pairserve_[a-z_]+): "
+
+
+def reported(stdout):
+    """{(host, variable)} of every problem line in the validation play's output."""
+    return set((host, variable) for hosts, variable in re.findall(PROBLEM_RE, stdout) for host in hosts.split(", "))

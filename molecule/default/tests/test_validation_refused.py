@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from lab.api import REPO, call, items, read_keys
-from support.many_mistakes import EXPECTED, MISTAKES, PROBLEM_RE
+from support.many_mistakes import EXPECTED, MISTAKES, reported
 
 NODES = {"node-a": "pairserve-lab-node-a", "node-b": "pairserve-lab-node-b"}
 # What the collection writes on a node (config, secrets, venvs, units, the checkpoint cache); bytecode that a
@@ -76,9 +76,8 @@ def test_many_mistakes_are_all_listed_and_no_node_changes(keys, tmp_path):
                           "-i", str(overlay(tmp_path)), "site.yml"], cwd=REPO, capture_output=True, text=True,
                          check=False, timeout=600,
                          env=dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1"))
-    out = re.sub(r"\s+", " ", run.stdout)
     assert run.returncode != 0, run.stdout[-3000:]
-    found = set(re.findall(PROBLEM_RE, out))
+    found = reported(run.stdout)
     # The lab inventory sets the admin password, so that one mistake of the fixture does not apply here.
     expected = EXPECTED - {("node-a", "pairserve_gpustack_admin_password")}
     assert expected <= found, "not reported: %s\n%s" % (sorted(expected - found), run.stdout[-4000:])
