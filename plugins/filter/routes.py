@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters pairserve.llm.route_wanted, route_drain_plan and controller_static_weights (documented in their .yml files); the rules are
-module_utils/routes.py's."""
+"""Filters pairserve.llm.route_wanted, route_drain_plan, route_weight_problems and controller_static_weights (documented
+in their .yml files); the rules are module_utils/routes.py's."""
 
 from __future__ import annotations
 
@@ -29,6 +29,13 @@ def route_drain_plan(routes_now, mine, new_names, share_when_zero=None):
         raise AnsibleFilterError("pairserve.llm.route_drain_plan: %s" % err) from err
 
 
+def route_weight_problems(weights, hosts):
+    """What is wrong with pairserve_route_weights for a pooled route over ``hosts`` (the validation play's rule)."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("pairserve.llm.route_weight_problems: expected the gpu_nodes hosts as a list")
+    return routes.weight_problems(weights, list(hosts))
+
+
 def controller_static_weights(replicas, weights, model_name, hosts):
     if not isinstance(replicas, list):
         raise AnsibleFilterError("pairserve.llm.controller_static_weights: expected the controller's replicas as a list")
@@ -43,4 +50,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
 
     def filters(self):
         return {"route_wanted": route_wanted, "route_drain_plan": route_drain_plan,
+                "route_weight_problems": route_weight_problems,
                 "controller_static_weights": controller_static_weights}

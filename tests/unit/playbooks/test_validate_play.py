@@ -18,7 +18,7 @@ import yaml
 from lab import pins, tools_archive
 from lab.ansible_runner import REPO
 
-from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import problems  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import problems, report  # noqa: E402
 from support.many_mistakes import EXPECTED, MISTAKES, PROBLEM_RE, reported
 
 
@@ -90,6 +90,28 @@ def test_the_seed_inventory_has_no_problem():
     ({"node_a__pairserve_serving_mode": "splt"}, ("node-a", "pairserve_serving_mode")),
     ({"node_a__pairserve_route_weights": {"node-a": 0, "node-b": 0}}, ("node-a", "pairserve_route_weights")),
     ({"node_a__pairserve_route_weights": {"node-a": 58, "node-b": 4.2}}, ("node-a", "pairserve_route_weights")),
+    # One rule with the route role and the docs (routes.weight_problems): a host left out gets 50, {} splits evenly.
+    ({"node_a__pairserve_route_weights": {}}, None),
+    ({"node_a__pairserve_route_weights": {"node-a": 58}}, None),
+    ({"node_a__pairserve_route_weights": {"node-a": 0}}, None),
+    ({"node_a__pairserve_route_weights": {"node-x": 10}}, ("node-a", "pairserve_route_weights")),
+    # The routes verify checks name the GPU nodes' replicas (a renamed host fails here, not after the install).
+    ({"node_a__pairserve_verify_routes": [{"name": "qwen", "models": ["qwen-node-a", "qwen-node-b"]}]}, None),
+    ({"node_a__pairserve_verify_routes": [{"name": "qwen", "models": ["qwen-node-a", "qwen-node-b-p1",
+                                                                      "qwen-node-b"]}]}, None),
+    ({"node_a__pairserve_verify_routes": [{"name": "qwen", "models": ["qwen-gpu1", "qwen-node-b"]}]},
+     ("node-a", "pairserve_verify_routes")),
+    ({"node_a__pairserve_verify_routes": [{"name": "qwen", "models": ["qwen-node-a"]}]},
+     ("node-a", "pairserve_verify_routes")),
+    ({"node_a__pairserve_verify_routes": [{"name": "qwen-vision", "models": ["qwen-node-a", "qwen-node-b"]}]},
+     ("node-a", "pairserve_verify_routes")),
+    ({"node_a__pairserve_serving_mode": "split", "node_b__pairserve_replica_profile": "text",
+      "node_a__pairserve_split_routes": {"multimodal": "qwen-vision", "text": "qwen-text"},
+      "node_a__pairserve_verify_routes": [{"name": "qwen-vision", "models": ["qwen-node-a"]},
+                                          {"name": "qwen-text", "models": ["qwen-node-b"]}]}, None),
+    # The worker tools archive: there, and for the nodes' platform, before anything is installed.
+    ({"node_b__pairserve_gpustack_tools_archive": "/nonexistent/tools.tar.gz"},
+     ("node-b", "pairserve_gpustack_tools_archive")),
     ({"node_b__pairserve_replica_env": {"PYTORCH_ALLOC_CONF": "garbage"}}, ("node-b", "pairserve_replica_env")),
     ({"node_b__pairserve_gpustack_worker_name": "node-a"}, ("node-b", "pairserve_gpustack_worker_name")),
     ({"node_b__pairserve_profiles": {"agents": {"max_model_len": 90000}}}, None),
@@ -401,3 +423,39 @@ def test_a_weights_file_that_is_a_directory_is_refused(tmp_path):
                                      inventory_dir=str(tmp_path)), "node-b": dict(GOOD_VIEW)}, GROUPS, ["2.2.3"])
     assert [p["text"] for p in found if p["variable"] == "pairserve_bench_weights_file"] == [
         "node-a: pairserve_bench_weights_file: %s is a directory: name a .yml file in it" % (tmp_path / "group_vars" / "all.yml")]
+
+
+def test_a_renamed_host_fails_validation_on_the_verify_routes():
+    views = {h: dict(copy.deepcopy(GOOD_VIEW), pairserve_route_weights={"gpu1": 58, "gpu2": 42},
+                     pairserve_verify_routes=[{"name": "qwen", "models": ["qwen-node-a", "qwen-node-b"]}])
+             for h in ("gpu1", "gpu2")}
+    found = problems(views, {"gpustack_server": ["gpu1"], "gpu_nodes": ["gpu1", "gpu2"]}, ["2.2.3"])
+    texts = [p["text"] for p in found]
+    assert [p["variable"] for p in found] == ["pairserve_verify_routes"] * 4, texts
+    assert "gpu1: pairserve_verify_routes: route qwen: qwen-node-a is not a replica of a GPU node" in texts[0]
+    assert any("qwen-gpu2 (the replica of gpu2) is in no route verify checks: add it to the models of qwen" in t
+               for t in texts), texts
+    assert {p["fix"] for p in found} == {"group_vars/all/serving.yml"}
+
+
+def test_the_report_merges_a_problem_of_several_hosts_and_names_where_to_fix_it():
+    views = {h: dict(copy.deepcopy(GOOD_VIEW), pairserve_checkpoint_revision="main") for h in ("node-a", "node-b")}
+    views["node-a"]["pairserve_gpustack_db_password_set"] = False
+    found = problems(views, GROUPS, ["2.2.3"])
+    assert report(found) == [
+        "node-a, node-b: pairserve_checkpoint_revision: 'main' is not a 40-hex commit sha (GPUStack has no revision "
+        "field: a branch name would drift) [fix in: group_vars/all/pins.yml]",
+        "node-a: pairserve_gpustack_db_password: is not set: vault it as vault_pairserve_gpustack_db_password "
+        "(ansible-vault encrypt_string --name vault_pairserve_gpustack_db_password ...) "
+        "[fix in: group_vars/all/vault.yml (docs/first-install.md, step 3)]",
+    ]
+
+
+def test_a_vaulted_secret_without_the_vault_password_is_one_line_not_a_missing_secret():
+    views = {h: copy.deepcopy(GOOD_VIEW) for h in ("node-a", "node-b")}
+    for view in views.values():
+        view.update(pairserve_gpustack_admin_password_set=False, pairserve_gpustack_admin_password_locked=True)
+    lines = report(problems(views, GROUPS, ["2.2.3"]))
+    assert lines == ["node-a, node-b: pairserve_gpustack_admin_password: is vaulted, and this run has no vault "
+                     "password to read it: run again with --ask-vault-pass (or --vault-password-file FILE) "
+                     "[fix in: group_vars/all/vault.yml (docs/first-install.md, step 3)]"], lines
