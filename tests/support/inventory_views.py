@@ -1,0 +1,36 @@
+"""A sound two-node inventory as the validation play's views ({host: {variable: value}}), for tests of single rules:
+change one variable, and every problem reported is that change's (inventory_check.problems)."""
+
+from __future__ import annotations
+
+import copy
+
+from lab import pins
+
+GROUPS = {"gpustack_server": ["node-a"], "gpu_nodes": ["node-a", "node-b"]}
+CONSTRAINTS = ["2.2.3"]
+GOOD_VIEW = {
+    "pairserve_lab_mode": False,
+    # the example inventory's pins (its digest and checkpoint placeholders replaced by valid values)
+    **{name: pins.example()[name]
+       for name in ("pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image")},
+    "pairserve_runner_image_digest": "sha256:" + "0" * 64, "pairserve_checkpoint_repo": "org/model",
+    "pairserve_checkpoint_revision": "a" * 40, "pairserve_serving_mode": "pooled", "pairserve_route_name": "qwen",
+    "pairserve_route_weights": {"node-a": 58, "node-b": 42}, "pairserve_model_name": "qwen",
+    "pairserve_replica_profile": "multimodal", "pairserve_profiles": {}, "pairserve_replica_env": {},
+    "pairserve_gpustack_api_port": 30080, "pairserve_gpustack_worker_port": 10150,
+    "pairserve_gpustack_worker_metrics_port": 10151, "pairserve_gpustack_worker_name": None,
+    "pairserve_gpustack_admin_password_set": True, "pairserve_gpustack_db_password_set": True,
+    "pairserve_runtime_pause_image": "docker.io/gpustack/runtime:pause",
+    "pairserve_runtime_pause_image_digest": "sha256:" + "1" * 64,
+    "pairserve_runtime_health_image": "docker.io/gpustack/runtime:health",
+    "pairserve_runtime_health_image_digest": "sha256:" + "2" * 64,
+}
+
+
+def views(**per_host):
+    """Each host's view: the sound one, updated with per_host[host] (host names with _ for -: node_b={...})."""
+    out = {h: copy.deepcopy(GOOD_VIEW) for h in GROUPS["gpu_nodes"]}
+    for host, changes in per_host.items():
+        out[host.replace("_", "-")].update(changes)
+    return out
