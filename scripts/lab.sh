@@ -755,6 +755,73 @@ start_nodes() {
     echo "lab: created pairserve-lab-$node"
   done
   wait_for_ssh
+  for node in "${nodes[@]}"; do node_runtime_units "$node" || return; done
+}
+
+# node_runtime_units <node>: the unit of the node's own runtime socket, as the distribution's package ships it
+# (podman: podman.socket on /run/podman/podman.sock; Docker: docker.service with docker.socket on /run/docker.sock),
+# installed but not enabled: the product enables it, orders the worker after it and pings it from the node. Here the
+# service behind the socket is systemd-socket-proxyd forwarding to the engine the lab runs on the host, so the node
+# reaches the real engine at its real default path. Which runtime: the node's pairserve_runner_runtime.
+node_runtime_units() {
+  local node=$1 runtime unit=/usr/lib/systemd/system
+  runtime=$(sed -n 's/^pairserve_runner_runtime: *//p' "inventory/lab/host_vars/$node.yml" inventory/lab/group_vars/all/serving.yml | head -1)
+  case $runtime in
+    podman)
+      podman exec -i "pairserve-lab-$node" sh -c "cat >$unit/podman.socket.tmp && mv $unit/podman.socket.tmp $unit/podman.socket" <<UNIT
+# pairserve lab (scripts/lab.sh): the node's podman API socket, as Debian's podman package ships it.
+[Unit]
+Description=Podman API Socket (pairserve lab stand-in: the host's podman service behind it)
+
+[Socket]
+ListenStream=%t/podman/podman.sock
+SocketMode=0660
+
+[Install]
+WantedBy=sockets.target
+UNIT
+      podman exec -i "pairserve-lab-$node" sh -c "cat >$unit/podman.service.tmp && mv $unit/podman.service.tmp $unit/podman.service" <<UNIT
+# pairserve lab (scripts/lab.sh): forwards the node's podman socket to the podman service on the lab's host.
+[Unit]
+Description=Podman API Service (pairserve lab stand-in)
+Requires=podman.socket
+After=podman.socket
+
+[Service]
+ExecStart=/lib/systemd/systemd-socket-proxyd $run_dir/podman.sock
+UNIT
+      ;;
+    docker)
+      podman exec -i "pairserve-lab-$node" sh -c "cat >$unit/docker.socket.tmp && mv $unit/docker.socket.tmp $unit/docker.socket" <<UNIT
+# pairserve lab (scripts/lab.sh): the node's Docker API socket, as Debian's docker.io package ships it.
+[Unit]
+Description=Docker Socket for the API (pairserve lab stand-in)
+
+[Socket]
+ListenStream=/run/docker.sock
+SocketMode=0660
+
+[Install]
+WantedBy=sockets.target
+UNIT
+      podman exec -i "pairserve-lab-$node" sh -c "cat >$unit/docker.service.tmp && mv $unit/docker.service.tmp $unit/docker.service" <<UNIT
+# pairserve lab (scripts/lab.sh): forwards the node's Docker socket to the lab's Docker engine on the host.
+[Unit]
+Description=Docker Application Container Engine (pairserve lab stand-in)
+Requires=docker.socket
+After=network-online.target docker.socket
+Wants=network-online.target
+
+[Service]
+ExecStart=/lib/systemd/systemd-socket-proxyd $run_dir/docker.sock
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+      ;;
+    *) echo "lab: $node: no pairserve_runner_runtime in its inventory" >&2; return 1 ;;
+  esac
+  podman exec "pairserve-lab-$node" systemctl daemon-reload
 }
 
 converge() {  # converge <log> [ansible-playbook args...]
@@ -867,8 +934,17 @@ REPORT
 }
 
 idempotence() {  # make lab-test: the converged lab again (changed=0, within 25 % of the first), then --check
+  # The offline road (first-install.md, "Offline images"): the three pinned images reached the nodes from the lab
+  # registry, the stand-in for a LAN mirror. With it stopped, the converged nodes converge again and check mode
+  # passes: once the images are on a node, nothing in site.yml (pull, checks, GPU probe) needs a registry.
+  stop_pid "$state/registry.pid"
+  ! curl -fsS --max-time 2 "http://$PAIRSERVE_LAB_REGISTRY/v2/" >/dev/null 2>&1 || {
+    echo "lab: the registry still answers on $PAIRSERVE_LAB_REGISTRY after it was stopped" >&2
+    return 1
+  }
   phase "second converge" converge "$state/converge-2.log"
   phase "check mode" check_converge "$state/converge-check.log"
+  pairserve_lab_registry_start "$state"  # the suite's image tests ask it for what it does not have
   # One step again by its tag, as a user re-runs the tokenizer patch: only it and what it needs run.
   phase "tags checkpoint" converge "$state/converge-tags.log" --tags checkpoint
   local second check share
@@ -881,6 +957,7 @@ idempotence() {  # make lab-test: the converged lab again (changed=0, within 25 
   first converge   ${took["first converge"]} s
   second converge  ${took["second converge"]} s: changed=$second, $share% of the first converge's time: $(verdict "$share" -le 25) (target <= 25 %)
   check mode       ${took["check mode"]} s: changed=$check (at -vvv: $state/converge-check.log)
+  both with the image registry stopped (the offline road: the pinned images were already on the nodes)
   --tags checkpoint ${took["tags checkpoint"]} s: changed=$(recap_changed "$state/converge-tags.log") ($state/converge-tags.log)
 REPORT
   [ "$second" -eq 0 ] && [ "$check" -eq 0 ]

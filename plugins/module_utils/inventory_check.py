@@ -45,7 +45,7 @@ VIEW_VARS = (
     "pairserve_replica_restart", "pairserve_bench_weights_file", "inventory_dir",
     "pairserve_runtime_pause_image", "pairserve_runtime_pause_image_digest", "pairserve_runtime_health_image",
     "pairserve_runtime_health_image_digest", "pairserve_runner_runtime", "pairserve_runner_runtime_host",
-    "pairserve_gpustack_worker_env", "pairserve_verify_routes", "pairserve_split_routes",
+    "pairserve_runner_check_runtime_host", "pairserve_gpustack_worker_env", "pairserve_verify_routes", "pairserve_split_routes",
     "pairserve_gpustack_tools_archive",
 ) + (
     # the controller's (checked on the server host when it is enabled; playbooks/validate.yml reads the literal
@@ -200,6 +200,12 @@ def _check_runtime(out, host, view):
     except container_runtime.ContainerRuntimeError as err:
         variable = "pairserve_runner_runtime" if runtime not in container_runtime.RUNTIMES else "pairserve_runner_runtime_host"
         out.add(host, variable, str(err).split(": ", 1)[-1])
+    check_endpoint = view.get("pairserve_runner_check_runtime_host") or ""
+    if check_endpoint and runtime in container_runtime.RUNTIMES:
+        try:
+            container_runtime.endpoint(runtime, check_endpoint)
+        except container_runtime.ContainerRuntimeError as err:
+            out.add(host, "pairserve_runner_check_runtime_host", str(err).split(": ", 1)[-1])
     env = view.get("pairserve_gpustack_worker_env")
     if env is not None and not isinstance(env, dict):
         out.add(host, "pairserve_gpustack_worker_env", "expected a dict of variable -> value, got %s"

@@ -14,6 +14,18 @@ from lab.api import lab_pins, runtime_of
 
 NODES = ("node-a", "node-b")
 TIMEOUT = "3600"  # pairserve_gpustack_request_timeout's default: the lab does not set it
+# GET /_ping on an engine's unix socket (Docker's and podman's compatible API both answer "OK").
+PING = """
+import http.client, socket, sys
+class Unix(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(sys.argv[1])
+conn = Unix("localhost", timeout=10)
+conn.request("GET", "/_ping")
+resp = conn.getresponse()
+print(resp.status, resp.read().decode())
+"""
 
 
 def worker_env(node):
@@ -28,7 +40,9 @@ def test_the_worker_deploys_through_its_nodes_runtime_with_the_pinned_images(nod
     env, pins, runtime = worker_env(node), lab_pins(), runtime_of(node)
     deployer = {"docker": "Docker", "podman": "Podman"}[runtime]
     assert env["GPUSTACK_RUNTIME_DEPLOY"] == deployer, env
-    assert env["GPUSTACK_RUNTIME_%s_HOST" % deployer.upper()] == "http+unix:///run/pairserve-lab/%s.sock" % runtime
+    # the runtime's own socket on the node (the product's default; the lab inventory names no endpoint for the node)
+    socket = {"docker": "/var/run/docker.sock", "podman": "/run/podman/podman.sock"}[runtime]
+    assert env["GPUSTACK_RUNTIME_%s_HOST" % deployer.upper()] == "http+unix://" + socket, env
     for role, variable in (("pause", "PAUSE_IMAGE"), ("health", "UNHEALTHY_RESTART_IMAGE")):
         pinned = "%s@%s" % (pins["pairserve_runtime_%s_image" % role].rsplit(":", 1)[0],
                             pins["pairserve_runtime_%s_image_digest" % role])
@@ -49,9 +63,20 @@ def test_one_request_timeout_on_the_front_and_the_server():
 
 
 @pytest.mark.parametrize("node", NODES)
-def test_the_worker_starts_after_the_network_and_names_no_unit_for_the_hosts_engine(node):
-    # The lab's engines are the host's (pairserve_runner_runtime_host): no unit of the node provides them, so the
-    # worker is ordered after none; on a node's own socket it is ordered after docker.service / podman.socket
-    # (tests/unit/plugins/module_utils/test_container_runtime.py renders both).
-    unit = testinfra.get_host(f"podman://pairserve-lab-{node}").check_output("systemctl show gpustack-worker -p After")
-    assert "network-online.target" in unit and "docker.service" not in unit and "podman.socket" not in unit, unit
+def test_the_worker_starts_after_its_runtimes_unit_which_the_product_enabled(node):
+    """The runtime's own unit (docker.service, podman.socket: in the lab a stand-in that forwards to the host's engine,
+    scripts/lab.sh node_runtime_units) is enabled and running, and the worker is ordered after it and wants it: at boot
+    gpustack-runtime would otherwise find no deployer and cache that for 60 s."""
+    host = testinfra.get_host(f"podman://pairserve-lab-{node}")
+    unit = {"docker": "docker.service", "podman": "podman.socket"}[runtime_of(node)]
+    assert host.service(unit).is_enabled and host.service(unit).is_running, unit
+    after = host.check_output("systemctl show gpustack-worker -p After --value").split()
+    wants = host.check_output("systemctl show gpustack-worker -p Wants --value").split()
+    assert unit in after and unit in wants and "network-online.target" in after, (after, wants)
+    # The other runtime's unit is not named: the node has one runtime.
+    other = {"docker.service": "podman.socket", "podman.socket": "docker.service"}[unit]
+    assert other not in after and other not in wants, (after, wants)
+    # And the worker's deployer answers through that socket from the node itself (what the worker role pinged).
+    socket = {"docker.service": "/var/run/docker.sock", "podman.socket": "/run/podman/podman.sock"}[unit]
+    pong = host.run("python3 -c %s %s", PING, socket)
+    assert pong.rc == 0 and pong.stdout.split() == ["200", "OK"], (pong.stdout, pong.stderr)
