@@ -18,6 +18,8 @@ from ansible_collections.pairserve.llm.plugins.module_utils import (
     container_runtime,
     cuda,
     firewall,
+    gpustack_vocabulary,
+    host_identity,
     hub,
     routes,
     worker_tools,
@@ -34,7 +36,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
 )
 
 # The variables a view carries (playbooks/validate.yml builds it from this list).
-VIEW_VARS = (
+VIEW_VARS = host_identity.VARIABLES + (
     "pairserve_lab_mode", "pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image",
     "pairserve_runner_image_digest", "pairserve_checkpoint_repo", "pairserve_checkpoint_revision",
     "pairserve_serving_mode", "pairserve_route_name", "pairserve_route_weights", "pairserve_model_name",
@@ -213,6 +215,8 @@ def _check_runtime(out, host, view):
     else:
         for problem in container_runtime.owned_env_problems(env):
             out.add(host, "pairserve_gpustack_worker_env", problem)
+        for problem in gpustack_vocabulary.worker_env_problems(view.get("pairserve_gpustack_version"), env):
+            out.add(host, "pairserve_gpustack_worker_env", problem)
 
 
 def _check_ports(out, host, view):
@@ -335,6 +339,8 @@ def problems(views, groups, constraints_versions=None):
         if worker in worker_names:
             out.add(host, "pairserve_gpustack_worker_name", "worker name %s is also %s's" % (worker, worker_names[worker]))
         worker_names[worker] = host
+    for host, variable, problem in host_identity.same_machine_problems(views, set(servers) | set(nodes)):
+        out.add(host, variable, problem)
     if servers:
         _check_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles)
         _check_verify_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles)

@@ -4,13 +4,21 @@ change one variable, and every problem reported is that change's (inventory_chec
 from __future__ import annotations
 
 import copy
+import tempfile
+from pathlib import Path
 
-from lab import pins
+from lab import pins, tools_archive
+
+# A worker tools archive the nodes could use (the lab's), made once per session.
+TOOLS_ARCHIVE = Path(tempfile.mkdtemp(prefix="pairserve-views-")) / (
+    "gpustack-tools-%s-linux-amd64.tar.gz" % pins.example()["pairserve_gpustack_version"])
+tools_archive.write(pins.example()["pairserve_gpustack_version"], str(TOOLS_ARCHIVE))
 
 GROUPS = {"gpustack_server": ["node-a"], "gpu_nodes": ["node-a", "node-b"]}
 CONSTRAINTS = ["2.2.3"]
 GOOD_VIEW = {
     "pairserve_lab_mode": False,
+    "pairserve_gpustack_tools_archive": str(TOOLS_ARCHIVE),
     # the example inventory's pins (its digest and checkpoint placeholders replaced by valid values)
     **{name: pins.example()[name]
        for name in ("pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image")},
