@@ -339,6 +339,38 @@ def cuda_ordinals(gpus: list) -> dict:
     return {normalise_bus_id(g["bus_id"]): rank for rank, g in enumerate(ranked)}
 
 
+# The rules that leave a GPU out of every pair: what each is called in a message, and the inventory variable that
+# sets it (None: the card's own state).
+LEFTOVER_RULES = {
+    "exclude": ("the exclude option", "pairserve_gpu_exclude"),
+    "mig": ("MIG mode", None),
+    "model": ("one model and memory size per pair", "pairserve_gpu_allow_mixed"),
+    "partner": ("whole pairs only", None),
+}
+
+
+def _left(gpu: dict, rule: str, reason: str) -> dict:
+    return {"uuid": gpu["uuid"], "bus_id": gpu["bus_id"], "name": gpu.get("name"), "rule": rule, "reason": reason}
+
+
+def no_pairs_reason(gpus: list, leftover: list, group_size: int = 2):
+    """Why a host has no pair at all, naming which rule removed which GPU; None when it has one. The preflight role
+    fails with this text (before anything is installed), instead of a bare "no pair found"."""
+    if not gpus:
+        return ("NVML sees no GPU on this host (the driver answers but lists no device): check that the cards are "
+                "seated and powered and `nvidia-smi -L` lists them")
+    by_rule = {}
+    for item in leftover:
+        by_rule.setdefault(item.get("rule") or "partner", []).append(item)
+    parts = []
+    for rule, items in by_rule.items():
+        label, variable = LEFTOVER_RULES.get(rule, (rule, None))
+        cards = "; ".join("%s (%s, %s): %s" % (i["bus_id"], i.get("name") or "?", i["uuid"], i["reason"]) for i in items)
+        parts.append("%s%s removed %d: %s" % (label, " (%s)" % variable if variable else "", len(items), cards))
+    return ("no group of %d is left: NVML sees %d GPU(s), and the pairing rules removed every one. %s"
+            % (group_size, len(gpus), " | ".join(parts)))
+
+
 def plan(gpus: list, links: dict, *, group_size: int = 2, allow_mixed: bool = False, exclude=()) -> tuple:
     """Group GPUs into tensor-parallel groups. Returns (groups as lists of gpu dicts, leftover list).
 
@@ -351,13 +383,12 @@ def plan(gpus: list, links: dict, *, group_size: int = 2, allow_mixed: bool = Fa
     leftover, candidates = [], []
     for gpu in sorted(gpus, key=lambda g: g["bus_id"]):
         if gpu["uuid"] in wanted or gpu["bus_id"] in wanted:
-            leftover.append({"uuid": gpu["uuid"], "bus_id": gpu["bus_id"], "reason": "excluded by the exclude option"})
+            leftover.append(_left(gpu, "exclude", "excluded by the exclude option"))
         elif gpu.get("mig_enabled"):
             # A MIG-enabled card is split into instances: neither the whole card nor its memory is a TP rank's.
-            leftover.append({"uuid": gpu["uuid"], "bus_id": gpu["bus_id"],
-                             "reason": "MIG mode is enabled: the card is split into MIG instances, not one GPU a "
-                                       "replica can use; disable it (nvidia-smi -i <index> -mig 0, then reset the "
-                                       "GPU) or list it in exclude"})
+            leftover.append(_left(gpu, "mig", "MIG mode is enabled: the card is split into MIG instances, not one GPU "
+                                              "a replica can use; disable it (nvidia-smi -i %s -mig 0, then reset the "
+                                              "GPU) or list it in exclude" % gpu.get("index", "<index>")))
         else:
             candidates.append(gpu)
 
@@ -374,14 +405,16 @@ def plan(gpus: list, links: dict, *, group_size: int = 2, allow_mixed: bool = Fa
             free = [g for g in free if g not in best]
         for gpu in free:
             if allow_mixed or len(classes) == 1:
+                rule = "partner"
                 reason = (f"no partner: {len(members)} usable GPU(s) do not divide into groups of {group_size}; "
                           "the best-linked GPUs were grouped first")
             else:
+                rule = "model"
                 others = sorted({f"{k[0]} ({k[1]} MiB)" for k in classes if k != _model_key(gpu)})
                 reason = (f"no partner of the same model and memory ({gpu['name']}, {gpu['memory_total_mib']} MiB; "
                           f"group_size {group_size}); other GPUs here: {', '.join(others)}. Set allow_mixed: true to "
                           "pair different models (the slower card then paces the replica)")
-            leftover.append({"uuid": gpu["uuid"], "bus_id": gpu["bus_id"], "reason": reason})
+            leftover.append(_left(gpu, rule, reason))
     groups.sort(key=lambda group: group[0]["bus_id"])
     leftover.sort(key=lambda item: item["bus_id"] or "")
     return groups, leftover
@@ -422,7 +455,41 @@ def describe_group(number: int, group: list, links: dict, ordinals: dict | None 
         "p2p_read": worst["p2p"]["read"] if worst else "none",
         "topology": worst["topology"] if worst else "none",
         "idle_power_w": round(sum(powers), 1) if all(p is not None for p in powers) else None,
+        **pair_topology(number, group, worst),
     }
+
+
+# NVML's PCIe distance at which a path leaves one CPU socket (nvmlGpuTopologyLevel_t SYSTEM: across the SMP
+# interconnect between NUMA nodes).
+CROSS_SOCKET_LEVEL = 50
+
+
+def pair_topology(number: int, group: list, worst) -> dict:
+    """Where the pair's cards hang: their NUMA nodes (null where NVML does not say: GeForce, many VMs), whether the
+    pair spans NUMA nodes or CPU sockets (different NUMA nodes, or a PCIe path at NVML's SYSTEM level), and a warning
+    when it does without a direct peer-to-peer path (NVLink or PCIe P2P)."""
+    numa = [g.get("numa_node") for g in group]
+    known = [n for n in numa if n is not None]
+    level = worst["topology_level"] if worst else None
+    if len(set(known)) > 1 or level == CROSS_SOCKET_LEVEL:
+        spans = True
+    elif len(known) == len(numa) or (level is not None and level < CROSS_SOCKET_LEVEL):
+        spans = False
+    else:
+        spans = None
+    direct = bool(worst) and worst["link"] in ("nvlink", "p2p")
+    warning = None
+    if spans and not direct:
+        where = ("NUMA nodes %s" % ", ".join(str(n) for n in numa)) if len(set(known)) > 1 else \
+            "a PCIe path across the CPU sockets (NVML topology: system)"
+        warning = ("pair %d (%s) spans CPU sockets: %s, and no direct peer-to-peer path (link %s, P2P read %s). "
+                   "Every tensor-parallel all-reduce (two per layer for every token) is staged through host memory "
+                   "and crosses the sockets' interconnect, so decode and prefill at TP=2 run slower than on a pair "
+                   "under one socket, and the seed's figures do not apply; measure it with playbooks/bench.yml, or "
+                   "pair cards of one socket (pairserve_gpu_exclude)"
+                   % (number, " + ".join(g["bus_id"] for g in group), where, worst["link"] if worst else "none",
+                      worst["p2p"]["read"] if worst else "none"))
+    return {"numa_nodes": numa, "spans_sockets": spans, "topology_warning": warning}
 
 
 def check_drivers(system: dict, gpus: list, min_driver: dict) -> None:
@@ -480,6 +547,8 @@ def _gather(environ, group_size, allow_mixed, exclude, expected_pairs, min_drive
         "leftover": leftover,
         "links": link_list,
         "group_size": group_size,
+        "no_pairs_reason": no_pairs_reason(public, leftover, group_size) if not pairs else None,
+        "warnings": [p["topology_warning"] for p in pairs if p["topology_warning"]],
     }
     if expected_pairs is not None and len(pairs) != expected_pairs:
         found = "; ".join(f"{g['bus_id']} {g['name']} {g['memory_total_mib']} MiB {g['uuid']}" for g in public)

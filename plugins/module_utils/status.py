@@ -110,6 +110,26 @@ def _disk_rows(nodes: list, expected: list) -> list:
     return sorted(rows, key=lambda row: str(row["host"]))
 
 
+def _topology_rows(nodes: list) -> list:
+    """Each GPU node's pairs as gpu_pairs read them for this status (``gpu``: {pairs} or {error}): where the cards
+    hang (NUMA nodes, whether the pair spans CPU sockets) and the warning gpu_pairs gives for such a pair. Nodes
+    that carry no ``gpu`` report are left out (the table then has no topology section)."""
+    rows = []
+    for node in sorted(nodes or [], key=lambda n: str(n.get("host"))):
+        report = node.get("gpu")
+        if not isinstance(report, dict):
+            continue
+        if report.get("error"):
+            rows.append({"host": node.get("host"), "pair": None, "numa_nodes": [], "spans_sockets": None,
+                         "link": None, "warning": None, "error": report["error"]})
+            continue
+        for pair in report.get("pairs") or []:
+            rows.append({"host": node.get("host"), "pair": pair.get("index"), "numa_nodes": pair.get("numa_nodes") or [],
+                         "spans_sockets": pair.get("spans_sockets"), "link": pair.get("link"),
+                         "warning": pair.get("topology_warning"), "error": None})
+    return rows
+
+
 def _verify_line(record) -> str:
     if not isinstance(record, dict) or not record.get("result"):
         return NOT_RECORDED
@@ -247,6 +267,16 @@ def _lines(result: dict) -> list:
              "" if d["error"] else _size(d["size"]), "" if d["error"] else d["mount"]] for d in result["disks"]]
     lines += _table(["node", "cache", "free", "size", "mount"], rows) if rows else ["  no GPU node"]
 
+    if result["topology"]:
+        lines.append("GPU pair topology")
+        spans = {True: "yes", False: "no"}
+        rows = [[t["host"], "-" if t["pair"] is None else t["pair"],
+                 ", ".join("unknown" if n is None else str(n) for n in t["numa_nodes"]) or "-",
+                 spans.get(t["spans_sockets"], "unknown"), t["link"] or "-"] if not t["error"]
+                else [t["host"], "-", "not read: %s" % t["error"], "", ""] for t in result["topology"]]
+        lines += _table(["node", "pair", "NUMA nodes", "spans sockets", "link"], rows)
+        lines += ["  warning: %s: %s" % (t["host"], t["warning"]) for t in result["topology"] if t["warning"]]
+
     lines.append("Problems")
     lines += ["  " + p for p in result["problems"]] or [
         "  none: every worker is ready, every instance runs, every route target has a running instance"]
@@ -260,7 +290,10 @@ def cluster_status(info: dict, nodes=None, verify=None, expected_nodes=None) -> 
     ``expected_nodes``: {inventory host: worker name, empty for the host's name} of the GPU nodes, each of which
     must have a ready worker.
 
-    Returns {workers, replicas, routes, verify, disks, problems, lines, text}: the rows of each table, the problems
+    A node's report may carry ``gpu`` (its pairs as gpu_pairs read them, or {error}): the table then shows each pair's
+    NUMA nodes and whether it spans CPU sockets, with gpu_pairs' warning (a warning, never a problem).
+
+    Returns {workers, replicas, routes, verify, disks, topology, problems, lines, text}: the rows of each table, the problems
     (one line each, naming what is down) and the printed table, as lines and as one text.
     """
     info = info or {}
@@ -276,6 +309,8 @@ def cluster_status(info: dict, nodes=None, verify=None, expected_nodes=None) -> 
         "routes": _routes(info.get("routes") or [], models, instances, problems),
         "verify": {"record": verify if isinstance(verify, dict) else None, "text": _verify_line(verify)},
         "disks": _disk_rows(nodes, sorted(expected_nodes)),
+        # warnings, not problems: a pair across sockets serves, slower (gpu_pairs' topology warning)
+        "topology": _topology_rows(nodes),
         "problems": problems,
     }
     # Ansible exits non-zero for an unreached host anyway: say which, where the rest is listed.

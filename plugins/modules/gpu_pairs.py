@@ -18,6 +18,8 @@ description:
     (NVLink, then P2P, then the nearest common PCIe ancestor), ties broken by PCI bus id.
   - Each pair carries a C(CUDA_VISIBLE_DEVICES) value made of UUIDs, because CUDA numbers devices
     fastest-first by default and a mixed host would otherwise put a replica on the wrong cards.
+  - Warns, without failing, when a pair's two cards hang off different NUMA nodes or CPU sockets with no direct
+    peer-to-peer path (NVLink or PCIe P2P), saying what that costs the TP=2 replica.
   - Returns the fact C(pairserve_gpu). Fails with what to do when there is no driver, a GPU is lost,
     the driver is too old for the architecture, or the number of pairs differs from O(expected_pairs).
   - When the environment variable E(PAIRSERVE_NVML_REPLAY) names a recording written by
@@ -156,7 +158,10 @@ ansible_facts:
               the order cannot be told), C(name), C(mixed), C(memory_total_mib) (per GPU, the
               smallest), C(compute_capability) and C(architecture) (of the weakest card), C(fp4_path)
               (C(native), C(marlin) or C(unsupported)), C(link) (C(nvlink), C(p2p) or C(pcie)), C(p2p_read),
-              C(topology) and C(idle_power_w) (summed power draw now).
+              C(topology), C(idle_power_w) (summed power draw now), C(numa_nodes) (each card's NUMA node, null
+              where NVML does not say), C(spans_sockets) (true when the cards hang off different NUMA nodes or the
+              PCIe path crosses the CPU sockets, null when NVML cannot tell) and C(topology_warning) (set when the
+              pair spans sockets without NVLink or PCIe P2P, the TP=2 all-reduce then crossing the sockets).
           type: list
           elements: dict
           sample:
@@ -178,9 +183,20 @@ ansible_facts:
               topology: host_bridge
               idle_power_w: 21.6
         leftover:
-          description: GPUs in no group, each with C(uuid), C(bus_id) and C(reason).
+          description:
+            - GPUs in no group, each with C(uuid), C(bus_id), C(name), C(reason) and C(rule), the rule that left it
+              out (C(exclude), C(mig), C(model) for one model per pair, C(partner) for an odd one out).
           type: list
           elements: dict
+        warnings:
+          description: The pairs' topology warnings (also given as Ansible warnings); a warning does not fail the module.
+          type: list
+          elements: str
+        no_pairs_reason:
+          description:
+            - When the host has no group at all, which rule removed which GPU (null when it has one); the preflight
+              role fails with it.
+          type: str
         links:
           description:
             - One entry per two GPUs with C(uuids), C(bus_ids), C(nvml_indices), C(link), C(topology),
@@ -219,6 +235,8 @@ def main():
     except GpuInventoryError as exc:
         extra = {"ansible_facts": {"pairserve_gpu": exc.fact}} if exc.fact else {}
         module.fail_json(msg=str(exc), **extra)
+    for warning in fact.get("warnings") or []:
+        module.warn(warning)
     # Read-only: nothing changes, in check mode or not.
     module.exit_json(changed=False, msg=summary(fact), ansible_facts={"pairserve_gpu": fact})
 
