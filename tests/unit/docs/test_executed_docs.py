@@ -150,8 +150,8 @@ def run_block(block: Block, root: Path):
         run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", as_run(block.code, root)], cwd=root, env=env,
                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False)
     except subprocess.TimeoutExpired as err:
-        raise DocFailure("%s:%d (%s): timed out (a prompt?):\n%s" % (block.doc, block.line, block.section,
-                                                                    block.code)) from err
+        raise DocFailure("%s:%d (%s): timed out (a prompt?):\n%s"
+                         % (block.doc, block.line, block.section, block.code)) from err
     printed = run.stdout + run.stderr
     where = "%s:%d (section %r)" % (block.doc, block.line, block.section)
     if run.returncode != block.rc:
@@ -361,8 +361,8 @@ def test_where_to_fix_names_the_example_file_that_sets_each_variable():
         path = example / where.split(" (")[0]
         if variable in inventory_check.SECRET_VARS:
             # the vault file is the user's; control_plane.yml reads the vault variable it names
-            assert "{{ %s }}" % inventory_check.VAULT_VARS[variable] in (example / "group_vars" / "all" /
-                                                                       "control_plane.yml").read_text()
+            control_plane = (example / "group_vars" / "all" / "control_plane.yml").read_text()
+            assert "{{ %s }}" % inventory_check.VAULT_VARS[variable] in control_plane
             continue
         name = variable.split(".")[-1]
         assert path.is_file() and name in path.read_text(), (variable, where)
