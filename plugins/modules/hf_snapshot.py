@@ -121,6 +121,21 @@ options:
     description: Files downloaded in parallel.
     type: int
     default: 8
+  required_files:
+    description:
+      - Files the revision must have among those selected (e.g. C(config.json), C(tokenizer.json),
+        C(tokenizer_config.json)); the module fails naming the missing ones before anything is downloaded, in
+        check mode too.
+    type: list
+    elements: str
+    default: []
+  inspect:
+    description:
+      - When the snapshot is not on disk yet, read C(config.json) (and C(hf_quant_config.json)) of the revision from
+        the Hub, a few kilobytes into a temporary directory (not the cache), and return RV(model) from them, so
+        the checkpoint is known before the download and before anything is installed. Also in check mode.
+    type: bool
+    default: false
 notes:
   - Xet-backed repositories download through C(hf_xet) when it is installed, as huggingface_hub decides.
 seealso:
@@ -247,14 +262,16 @@ progress_file:
   type: str
 model:
   description:
-    - Facts read from C(config.json) and C(hf_quant_config.json) of the snapshot (empty in check mode before
-      the first download). Keys C(architecture), C(model_type), C(hybrid), C(quantization), C(vision), C(mtp),
-      C(mtp_layers), C(native_context).
+    - Facts read from C(config.json) and C(hf_quant_config.json) of the snapshot (before the first download, empty,
+      or with O(inspect) read from those two files on the Hub, fetched into a temporary directory). Keys C(architecture),
+      C(model_type), C(hybrid), C(quantization), C(vision), C(mtp), C(mtp_layers), C(native_context).
   returned: always
   type: dict
 """
 
 import os
+import shutil
+import tempfile
 import time
 from urllib.parse import urlsplit
 
@@ -297,6 +314,23 @@ def _listing(module, hf, repo_id, commit, token, endpoint):
     return None
 
 
+def _inspect(module, hf, repo_id, commit, endpoint, token, files):
+    """describe_checkpoint over config.json (and hf_quant_config.json) of ``commit``, fetched to a temporary dir."""
+    tmp = tempfile.mkdtemp(prefix="pairserve-inspect-")
+    try:
+        where = None
+        for name in ("config.json", "hf_quant_config.json"):
+            if name in files:
+                try:
+                    where = os.path.dirname(hf.hf_hub_download(repo_id, name, revision=commit, cache_dir=tmp,
+                                                               endpoint=endpoint, token=token))
+                except Exception as exc:  # pylint: disable=broad-except
+                    module.fail_json(msg=hub.explain(exc, repo_id, commit, endpoint), error=type(exc).__name__)
+        return hub.describe_checkpoint(where) if where else {}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -314,6 +348,8 @@ def main():
             progress_file=dict(type="path"),
             reserve_free_space=dict(type="int", default=1 << 30),
             max_workers=dict(type="int", default=8),
+            required_files=dict(type="list", elements="str", default=[]),
+            inspect=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -367,6 +403,14 @@ def main():
         files = _listing(module, hf, repo_id, commit, p["token"], endpoint)
         wanted = hub.filter_paths(files, p["allow_patterns"], p["ignore_patterns"])
         status = hub.local_status(cache_dir, repo_id, commit, files, wanted)
+    absent = [name for name in p["required_files"] if name not in wanted]
+    if absent:
+        module.fail_json(msg="%s@%s has no %s among the files it would download (%d of %d listed%s): a replica could "
+                             "not start from it. Pin a revision that has them (pairserve_checkpoint_revision), or fix "
+                             "pairserve_checkpoint_allow_patterns / pairserve_checkpoint_ignore_patterns."
+                         % (repo_id, commit, ", ".join(absent), len(wanted), len(files),
+                            "" if not [n for n in absent if n in files] else "; %s listed but left out by the patterns"
+                            % ", ".join(n for n in absent if n in files)), missing_files=absent, commit=commit)
     if not wanted:
         module.fail_json(msg="allow_patterns %s / ignore_patterns %s select no file of %s@%s (%d files). Fix the "
                              "patterns." % (p["allow_patterns"], p["ignore_patterns"], repo_id, commit, len(files)))
@@ -483,8 +527,13 @@ def main():
         before["debris"], after["debris"] = result["debris_removed"], []
         changed = True
 
-    if os.path.isdir(snap):
+    if os.path.isdir(snap) and os.path.isfile(os.path.join(snap, "config.json")):
         result["model"] = hub.describe_checkpoint(snap)
+    elif p["inspect"] and "config.json" in files:
+        # Before the download (the role's preflight, in check mode): the few kilobytes that say what the model is,
+        # read into a temporary directory, never into the cache.
+        result["model"] = _inspect(module, hf or _import_hub(), repo_id, commit, endpoint, p["token"], files)
+        result["requests_sent"] = True
     result.update(changed=changed, duration_s=round(duration, 3),
                   throughput_bytes_per_s=int(bytes_fetched / duration) if duration > 0 else 0)
     if module._diff:

@@ -19,6 +19,7 @@ from lab.ansible_runner import REPO
 ALWAYS = {
     "Read what this host's variables say (no connection to the host)",
     "Check the GPUStack server's HTTPS certificate and key",
+    "Check the admin password against the pinned GPUStack's rule",
     "Check every host's view at once",
     "Stop when the inventory has problems, listing every one",
     "pairserve.llm.node_venv : Publish the node venv's interpreter",
