@@ -57,7 +57,7 @@ def test_an_engine_that_answers_on_its_socket_passes_and_changes_nothing(tmp_pat
     pinged = [r for r in res.results if "API answers" in r["_task"]]
     assert pinged and pinged[0]["status"] == 200 and not pinged[0].get("changed"), pinged
     # another endpoint than the runtime's own socket: no unit is the collection's to start
-    assert [r["_status"] for r in res.results if "runtime's unit" in r["_task"]] == ["skipped"]
+    assert [r["_status"] for r in res.results if "runtime's own socket" in r["_task"]] == ["skipped"]
 
 
 def test_a_silent_socket_fails_naming_the_host_the_deployer_and_the_endpoint(tmp_path):
