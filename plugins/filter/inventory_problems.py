@@ -10,6 +10,7 @@ from ansible.template import AnsibleUndefined, accept_args_markers, get_first_ma
 
 from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import (
     SECRET_VARS,
+    SERVER_VAULTED_VARS,
     VAULTED_VARS,
     VIEW_VARS,
     controller_problems as _controller_problems,
@@ -59,7 +60,8 @@ def controller_problems(view, host, nodes):
 
 def inventory_check_vars(_input):
     """The names a host's view holds (documented in inventory_check_vars.yml)."""
-    return {"vars": list(VIEW_VARS), "secrets": list(SECRET_VARS), "vaulted": list(VAULTED_VARS)}
+    return {"vars": list(VIEW_VARS), "secrets": list(SECRET_VARS), "vaulted": list(VAULTED_VARS),
+            "server_only": list(SERVER_VAULTED_VARS)}
 
 
 def gpu_uuid_conflicts(pairs_by_host, others=None):

@@ -64,6 +64,9 @@ VAULT_VARS = dict((name, "vault_" + name) for name in SECRET_VARS)
 # Variables that may come from the vault: the view says whether each is vaulted and this run cannot decrypt it
 # (no --ask-vault-pass), so validation lists that among the other problems instead of stopping at the first use.
 VAULTED_VARS = SECRET_VARS + ("pairserve_gpustack_tls_key", "pairserve_hf_token")
+# Of those, the ones only the GPUStack server uses: read on the server's hosts alone, so that a value only the server
+# can resolve (a key file next to its inventory) never fails the view of another host.
+SERVER_VAULTED_VARS = SECRET_VARS + ("pairserve_gpustack_tls_key",)
 SECRETS_STEP = "docs/first-install.md, step 3"
 SERVING_MODES = ("pooled", "split")
 EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+$")

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from lab.api import LAB_CA, ROUTE, items, read_keys
+from lab.api import ENGINES, LAB_CA, REPO, ROUTE, engine_containers, inspect, items, read_keys
 
 # GPUStack's plain port, the HTTPS front's port, and node-a's table that keeps the plain one for the node itself.
 API_PORT, TLS_PORT, SERVER_TABLE = 30080, 30443, "pairserve_server"
@@ -134,3 +134,99 @@ def _server_refusals() -> int:
     match = re.search(r"counter packets (\d+) bytes \d+ reject with tcp reset", chain)
     assert match, chain
     return int(match.group(1))
+
+
+# --- docs/network.md against what a LAN machine sees ------------------------------------------------------------
+
+def _doc_rows() -> dict:
+    """{first cell: last cell} of docs/network.md's port table."""
+    text = (REPO / "docs" / "network.md").read_text(encoding="utf-8")
+    table = text.split("## Ports", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| port ")]
+    return {r[0]: r[-1] for r in rows}
+
+
+def _listeners() -> list:
+    """[(address, port, pids)] of every TCP socket that listens on this host (ss, not a list of known ports)."""
+    found = []
+    for line in _run("ss", "-Hltnp").stdout.splitlines():
+        address, port = line.split()[3].rsplit(":", 1)
+        found.append((address.strip("[]"), int(port), [int(p) for p in re.findall(r"pid=(\d+)", line)]))
+    return found
+
+
+def _lab_owners() -> dict:
+    """{container id: owner} of both nodes and of every container the workers started (replicas, pause)."""
+    owners = {}
+    for engine in ENGINES:
+        for name, _ in engine_containers(engine):
+            if not name.startswith("pairserve-lab-"):  # the podman service also lists the node containers
+                owners[inspect(engine, name)["Id"]] = "replica " + name
+    for node in NODES:
+        owners[_run("podman", "inspect", "--format", "{{.Id}}", f"pairserve-lab-{node}").stdout.strip()] = node
+    return owners
+
+
+def _owner(pid: int, owners: dict) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as handle:
+            cgroup = handle.read()
+    except OSError:
+        return None
+    return next((owner for cid, owner in owners.items() if cid in cgroup), None)
+
+
+def _row(port: int, owner: str, replica_ports: set) -> str | None:
+    """The row of network.md's table that documents a listener of the lab's nodes, by its port and owner."""
+    if owner == "node-a":
+        return {TLS_PORT: "`pairserve_gpustack_tls_port`", API_PORT: "`pairserve_gpustack_api_port`",
+                10161: "the server's metrics port", 30079: "GPUStack's proxy port",
+                10180: "`pairserve_controller_metrics_port`", 5432: "`pairserve_gpustack_db_port`"}.get(port) or (
+            _row(port, "node", replica_ports))
+    if owner in NODES or owner == "node":
+        for node in NODES.values():
+            if port == node["worker"]:
+                return "`pairserve_gpustack_worker_port`"
+            if port == node["metrics"]:
+                return "`pairserve_gpustack_worker_metrics_port`"
+        return None
+    if owner.startswith("replica "):
+        return ("`pairserve_gpustack_worker_service_port_range`" if port in replica_ports
+                else "the replicas' vLLM worker processes")
+    return None
+
+
+def test_network_md_lists_every_port_a_lan_machine_reaches(keys, outsider):
+    """Every TCP port that a process of the nodes (or of a replica they started) listens on, taken from `ss`, is
+    probed from the outsider; each one that answers must be a row of docs/network.md's table whose last column says
+    it is not guarded ("no ..."), and each such row the lab runs must be seen answering: the page and the wire
+    agree both ways."""
+    rows = _doc_rows()
+    replicas = _replica_ports(keys)
+    address = replicas["node-a"][0]
+    owners = _lab_owners()
+    answered, refused, undocumented = {}, [], []
+    for bound, port, pids in _listeners():
+        owner = next((o for o in (_owner(pid, owners) for pid in pids) if o), None)
+        if owner is None:
+            continue  # not the lab's nodes: this host's own services, the lab's stand-ins (registry, hub, engines)
+        if bound.startswith("127.") or bound == "::1":
+            continue  # loopback: no LAN machine reaches it
+        if _probe(address, port, outsider) != "open":
+            refused.append((port, owner))
+            continue
+        row = _row(port, owner, {p for _, p in replicas.values()})
+        if row is None or not any(key.startswith(row) for key in rows):
+            undocumented.append((port, owner, row))
+            continue
+        guard = next(rows[key] for key in rows if key.startswith(row))
+        assert guard.startswith("no"), f"{address}:{port} ({owner}) answers a LAN machine, network.md says: {guard}"
+        answered.setdefault(row, []).append((port, owner))
+    assert not undocumented, f"ports that answer a LAN machine and network.md does not list: {undocumented}"
+    # What the page says is open, seen open: the HTTPS front, the server's metrics, GPUStack's proxy port and the
+    # replicas' internal channels (until the deny-by-default table closes the last three: issue 37).
+    for row in ("`pairserve_gpustack_tls_port`", "the server's metrics port", "GPUStack's proxy port",
+                "the replicas' vLLM worker processes"):
+        assert row in answered, f"network.md says {row} answers the LAN; the outsider found it closed: {answered}"
+    assert refused, "no listener of the nodes was refused: the probe proves nothing"
