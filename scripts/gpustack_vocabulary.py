@@ -107,6 +107,8 @@ def _py(value, depth):
     if isinstance(value, dict):
         items = ["%s%s: %s," % (pad, json.dumps(k), _py(value[k], depth + 1)) for k in sorted(value)]
         return "{\n" + "\n".join(items) + "\n" + "    " * depth + "}"
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        return "[\n" + "\n".join("%s%s," % (pad, json.dumps(v)) for v in value) + "\n" + "    " * depth + "]"
     return json.dumps(value)
 
 

@@ -170,7 +170,7 @@ def main(argv=None):
         cli.error("give --probe, or --write with at least one --release")
     vocabularies, sources = {}, {}
     for spec in args.release:
-        python, _, wheel = spec.partition(":")
+        python, wheel = (spec.split(":", 1) + [""])[:2]
         found = run_probe(python, wheel or None)
         version = found["version"]
         vocabularies[version] = found["arguments"]

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 VOCABULARY = {
     "2.2.3": {
-        "password_rules": [["[A-Z]", "Password must contain at least one uppercase letter"], ["[a-z]", "Password must contain at least one lowercase letter"], ["[0-9]", "Password must contain at least one digit"], ["[!@#$%^&*_+]", "Password must contain at least one special character"]],
+        "password_rules": [
+            ["[A-Z]", "Password must contain at least one uppercase letter"],
+            ["[a-z]", "Password must contain at least one lowercase letter"],
+            ["[0-9]", "Password must contain at least one digit"],
+            ["[!@#$%^&*_+]", "Password must contain at least one special character"],
+        ],
         "runtime_env_choices": {
             "GPUSTACK_RUNTIME_DEPLOY_IMAGE_PULL_POLICY": {
                 "default": "IfNotPresent",

@@ -22,7 +22,7 @@ def parse_proc_net_tcp(text, family="ipv4"):
         fields = line.split()
         if len(fields) < 10 or fields[3] != LISTEN:
             continue
-        address, _, port = fields[1].partition(":")
+        address, port = fields[1].rsplit(":", 1)
         out.append({"port": int(port, 16), "address": _address(address, family), "inode": int(fields[9])})
     return out
 

@@ -65,8 +65,8 @@ def test_the_rule():
                "what": "GPUStack's worker"},
               {"port": 10151, "variable": "pairserve_gpustack_worker_metrics_port", "owners": ["gpustack"]}]
     found = node_ports.held_ports_problems(sockets, wanted, "node-b")
-    assert [(p["host"], p["variable"]) for p in found] == [("node-b", "pairserve_gpustack_worker_port"),
-                                                          ("node-b", "pairserve_gpustack_worker_metrics_port")]
+    assert [(p["host"], p["variable"]) for p in found] == [
+        ("node-b", "pairserve_gpustack_worker_port"), ("node-b", "pairserve_gpustack_worker_metrics_port")]
     assert found[0]["problem"] == ("port 10150 is already held by jupyter-lab (pid 9) on 0.0.0.0: GPUStack's worker "
                                    "could not bind it. Stop that program or give pairserve_gpustack_worker_port "
                                    "another port")

@@ -88,8 +88,8 @@ def test_the_filter_names_host_and_variable_and_never_the_password():
     ({"GPUSTACK_RUNTIME_DEPLOY_IMAGE_PULL_POLICY": "Never", "HTTP_PROXY": "http://proxy:3128"}, True),
 ])
 def test_a_runtime_setting_outside_its_options_is_refused(env, ok):
-    found = [p for p in problems(inventory_views.views(node_b={"pairserve_gpustack_worker_env": env}),
-                                 inventory_views.GROUPS, inventory_views.CONSTRAINTS)]
+    found = list(problems(inventory_views.views(node_b={"pairserve_gpustack_worker_env": env}),
+                          inventory_views.GROUPS, inventory_views.CONSTRAINTS))
     assert [(p["host"], p["variable"]) for p in found] == ([] if ok else [("node-b", "pairserve_gpustack_worker_env")])
     if not ok:
         name, value = next(iter(env.items()))

@@ -22,7 +22,7 @@ from support import inventory_views
 ])
 def test_same_machine(a, b, same):
     found = hi.same_machine_problems({"node-a": a, "node-b": b}, ["node-a", "node-b"])
-    assert [(h, v) for h, v, _ in found] == ([("node-b", "ansible_host")] if same else [])
+    assert [item[:2] for item in found] == ([("node-b", "ansible_host")] if same else [])
     if same:
         assert "same machine as node-a" in found[0][2]
 
@@ -39,4 +39,4 @@ def test_machine_ids():
     assert hi.machine_id_problems({"node-a": "abc", "node-b": "def"}) == []
     assert hi.machine_id_problems({"node-a": "", "node-b": ""}) == []  # containers without one
     found = hi.machine_id_problems({"node-b": "abc\n", "node-a": "abc"})
-    assert [(h, v) for h, v, _ in found] == [("node-b", "ansible_host")] and "node-a" in found[0][2]
+    assert [item[:2] for item in found] == [("node-b", "ansible_host")] and "node-a" in found[0][2]
