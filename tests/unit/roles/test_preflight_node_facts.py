@@ -1,6 +1,8 @@
-"""A port the collection will bind, already held by another program on the node, is refused by the preflight role
-(before anything is installed) naming the process; the collection's own holder (a re-run) passes. Real sockets and
-real processes on this machine, read through /proc by pairserve.llm.listening_ports."""
+"""What the preflight role reads from the nodes before anything is installed: a port the collection will bind that
+another program holds is refused naming the process (the collection's own holder, a re-run, passes), two inventory
+names for one machine are refused by its machine id, and a node that still runs GPUStack's server while the server
+group names another host is refused naming both. Real sockets, processes and facts of this machine, read through
+/proc by pairserve.llm.listening_ports."""
 
 from __future__ import annotations
 
@@ -127,3 +129,35 @@ def test_two_inventory_names_for_this_machine_are_refused_by_its_machine_id(tmp_
         "/etc/machine-id %s)" % machine_id), failed
     res = run_playbook(tmp_path / "play.yml", inventory=tmp_path / "hosts.yml", limit="gpu-1", timeout=300)
     assert res.rc == 0, res.stdout[-2000:]
+
+
+def _server_move(tmp_path, unit_exists):
+    """roles/preflight/tasks/server_move.yml with the unit's path pointed at a file of the test (the task reads one
+    path: the test swaps it for a file it controls, the rule stays the task's)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    task_file = tmp_path / "server_move.yml"
+    unit = tmp_path / "gpustack-server.service"
+    if unit_exists:
+        unit.write_text("[Unit]\n")
+    source = (REPO / "roles" / "preflight" / "tasks" / "server_move.yml").read_text()
+    assert source.count("path: /etc/systemd/system/gpustack-server.service") == 1
+    task_file.write_text(source.replace("path: /etc/systemd/system/gpustack-server.service", "path: %s" % unit))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"children": {
+        "gpustack_server": {"hosts": {"node-b": local}}, "gpu_nodes": {"hosts": {"node-a": local, "node-b": local}}}}}))
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{
+        "name": "server move", "hosts": "node-a", "gather_facts": False, "tasks": [
+            {"name": "Check", "ansible.builtin.include_tasks": str(task_file)},
+            {"name": "Reached", "ansible.builtin.debug": {"msg": "after the check"}}]}]))
+    return run_playbook(tmp_path / "play.yml", inventory=tmp_path / "hosts.yml", check=True, timeout=300)
+
+
+def test_a_server_left_on_a_node_no_longer_the_server_is_refused(tmp_path):
+    res = _server_move(tmp_path, unit_exists=True)
+    assert res.rc != 0
+    failed = [r for r in res.results if r["_status"] == "failed"]
+    msg = " ".join(failed[0]["msg"].split())
+    assert msg.startswith("node-a: groups.gpustack_server: this node runs GPUStack's server"), msg
+    assert "but gpustack_server now names node-b" in msg and "put node-a back in gpustack_server" in msg
+    assert "systemctl disable --now gpustack-server" in msg and msg.endswith("Nothing was changed.")
+    assert _server_move(tmp_path / "fresh", unit_exists=False).rc == 0
