@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters pairserve.llm.route_wanted, route_drain_plan, route_weight_problems and controller_static_weights (documented
-in their .yml files); the rules are module_utils/routes.py's."""
+"""Filters pairserve.llm.route_wanted, route_drain_plan, route_weight_problems, controller_static_weights,
+route_keep_unknown and replica_names_of (documented in their .yml files); the rules are module_utils/routes.py's."""
 
 from __future__ import annotations
 
@@ -36,6 +36,25 @@ def route_weight_problems(weights, hosts):
     return routes.weight_problems(weights, list(hosts))
 
 
+def route_keep_unknown(wanted, routes_now, models, unknown, route_names, reasons=None):
+    if not isinstance(wanted, list) or not isinstance(routes_now, list) or not isinstance(models, list):
+        raise AnsibleFilterError("pairserve.llm.route_keep_unknown: expected the wanted routes, GPUStack's routes and "
+                                 "its models as lists")
+    if not isinstance(unknown, dict):
+        raise AnsibleFilterError("pairserve.llm.route_keep_unknown: expected the unknown nodes as {host: model name}")
+    try:
+        return routes.keep_unknown(wanted, routes_now, models, unknown, list(route_names or []), reasons or {})
+    except (KeyError, TypeError, ValueError) as err:
+        raise AnsibleFilterError("pairserve.llm.route_keep_unknown: %s" % err) from err
+
+
+def replica_names_of(names, model_names):
+    """The replica names among ``names`` of the hosts of ``model_names`` ({host: model name}; routes.owned_by)."""
+    if not isinstance(model_names, dict):
+        raise AnsibleFilterError("pairserve.llm.replica_names_of: expected {host: model name}")
+    return routes.names_of_hosts(list(names or []), model_names)
+
+
 def controller_static_weights(replicas, weights, model_name, hosts):
     if not isinstance(replicas, list):
         raise AnsibleFilterError("pairserve.llm.controller_static_weights: expected the controller's replicas as a list")
@@ -51,4 +70,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
     def filters(self):
         return {"route_wanted": route_wanted, "route_drain_plan": route_drain_plan,
                 "route_weight_problems": route_weight_problems,
-                "controller_static_weights": controller_static_weights}
+                "controller_static_weights": controller_static_weights, "route_keep_unknown": route_keep_unknown,
+                "replica_names_of": replica_names_of}

@@ -19,11 +19,15 @@
   controller all set weights through it.
 - ``bounded_weights``: the controller's weights, shares clamped between a floor and a ceiling, then rounded by
   ``proportional``'s rule.
+- ``keep_unknown``: the route is changed only from what the run knows. A GPU node that failed earlier in the run
+  (or was not part of it: ``--limit``) keeps the targets and weights the server has for it now; taking a node out
+  of a route is an explicit act (the inventory, the drain of a day-2 play), never the side effect of a failure.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 DEFAULT_HOST_WEIGHT = 50
 SPLIT_WEIGHT = 100
@@ -258,3 +262,64 @@ def drain_plan(routes, mine, new_names, share_when_zero):
             "models": [t["model"] for t in own],
         })
     return plan
+
+
+def owned_by(name, model_name, host):
+    """Whether replica ``name`` is one of ``host``'s by the replica role's naming: ``<model>-<host>[-p<N>]``."""
+    return re.match(r"^%s-%s(-p[0-9]+)?$" % (re.escape(model_name), re.escape(host)), name or "") is not None
+
+
+def names_of_hosts(names, model_names):
+    """The replica names in ``names`` that belong to one of the hosts of ``model_names`` ({host: the
+    ``pairserve_model_name`` its replicas are named after}), by ``owned_by``, in their order."""
+    return [n for n in names if any(owned_by(n, m, h) for h, m in model_names.items())]
+
+
+def keep_unknown(wanted, routes, models, unknown, route_names, reasons=None):
+    """The wanted routes with the targets the server has now for the GPU nodes this run knows nothing of.
+
+    wanted: ``wanted_routes`` over the nodes the run knows (their replica facts are set).
+    routes, models: GPUStack's routes (each with ``route_targets``: model_id, weight) and models, as
+    ``gpustack_info`` returns them. unknown: {host: model name} of the GPU nodes without replica facts in this run
+    (they failed earlier, or ``--limit`` left them out); a node's replicas are ``<model name>-<host>[-p<N>]``.
+    route_names: the collection's route names (both modes).
+    reasons: {host: why the run knows nothing of it}, "failed earlier in this run" unless given.
+    Returns {routes, kept, untouched, lines}: the wanted routes, each followed by the unknown nodes' targets of the
+    route of that name as they are (weight included); ``kept`` one {host, route, model, weight} per kept target;
+    ``untouched`` the collection's routes that hold an unknown node's target and are not wanted (a split route of
+    a profile only that node serves): left as they are, not removed; ``lines`` one line per unknown node, naming
+    what is kept (e.g. "node-b failed earlier in this run: its route target qwen-node-b is kept at 42")."""
+    names_by_id = dict((m.get("id"), m.get("name")) for m in models or [])
+    current = {}
+    for route in routes or []:
+        current[route.get("name")] = [(names_by_id.get(t.get("model_id")), int(t.get("weight") or 0))
+                                      for t in route.get("route_targets") or [] if t.get("model_id") is not None]
+
+    def owner(model):
+        return next((h for h, m in unknown.items() if model and owned_by(model, m, h)), None)
+
+    out, kept = [], []
+    for route in wanted:
+        targets = [dict(t) for t in route["targets"]]
+        for model, weight in current.get(route["name"], []):
+            host = owner(model)
+            if host and model not in [t["model"] for t in targets]:
+                targets.append({"model": model, "weight": weight})
+                kept.append({"host": host, "route": route["name"], "model": model, "weight": weight})
+        out.append({"name": route["name"], "targets": targets})
+    wanted_names = [r["name"] for r in wanted]
+    untouched = [name for name in route_names if name not in wanted_names
+                 and any(owner(model) for model, _ in current.get(name, []))]
+    for name in untouched:
+        kept.extend({"host": owner(model), "route": name, "model": model, "weight": weight}
+                    for model, weight in current[name] if owner(model))
+    lines = []
+    for host in unknown:
+        mine = [k for k in kept if k["host"] == host]
+        several = len(set(k["route"] for k in kept)) > 1
+        parts = ["its route target %s is kept at %d%s" % (k["model"], k["weight"],
+                                                          " (route %s)" % k["route"] if several else "")
+                 for k in mine]
+        what = "; ".join(parts) or "GPUStack's routes hold no target of it, so none is added"
+        lines.append("%s %s: %s" % (host, (reasons or {}).get(host) or "failed earlier in this run", what))
+    return {"routes": out, "kept": kept, "untouched": untouched, "lines": lines}

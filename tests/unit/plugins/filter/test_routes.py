@@ -151,3 +151,90 @@ def test_the_filters_run_in_a_play(tmp_path):
     assert facts["Wanted"]["ansible_facts"]["wanted"][0]["targets"][1] == {"model": "qwen-node-b", "weight": 42}
     assert facts["Plan"]["ansible_facts"]["plan"][0]["drain_fallback"]["model"] == "qwen-node-b"
     assert facts["Refused"]["_status"] == "failed" and "neither pooled nor split" in facts["Refused"]["msg"]
+
+
+# -- the route changed only from what the run knows (keep_unknown) -------------------------------------------------
+
+MODELS = [{"id": 1, "name": "qwen-node-a"}, {"id": 2, "name": "qwen-node-b"}, {"id": 3, "name": "qwen-node-b-p1"},
+          {"id": 4, "name": "qwen-node-bb"}, {"id": 5, "name": "other-node-b"}]
+
+
+def gpustack_route(name, *targets):
+    """A route as gpustack_info returns it: targets by model id."""
+    return {"name": name, "route_targets": [{"model_id": mid, "weight": w} for mid, w in targets]}
+
+
+@pytest.mark.parametrize("name, expect", [
+    ("qwen-node-b", True), ("qwen-node-b-p1", True), ("qwen-node-b-p12", True),
+    ("qwen-node-bb", False), ("qwen-node-b-px", False), ("other-node-b", False), ("qwen-node-a", False), ("", False),
+])
+def test_a_replica_belongs_to_its_host_by_the_replica_roles_naming(name, expect):
+    assert routes.owned_by(name, "qwen", "node-b") is expect
+
+
+def test_a_failed_node_keeps_its_targets_and_weights_as_gpustack_has_them():
+    # node-b failed before the replica play: the run knows node-a only, with the inventory's 58
+    wanted = routes.wanted_routes("pooled", {"node-a": SEED["node-a"]}, {"node-a": 58, "node-b": 42}, "qwen")
+    now = [gpustack_route("qwen", (1, 50), (2, 30), (3, 12), (4, 8))]
+    got = routes.keep_unknown(wanted, now, MODELS, {"node-b": "qwen"}, ["qwen"])
+    assert got["routes"] == [{"name": "qwen", "targets": [
+        {"model": "qwen-node-a", "weight": 58}, {"model": "qwen-node-b", "weight": 30},
+        {"model": "qwen-node-b-p1", "weight": 12}]}]  # qwen-node-bb is another host's name: not kept
+    assert [(k["host"], k["model"], k["weight"]) for k in got["kept"]] == [("node-b", "qwen-node-b", 30),
+                                                                           ("node-b", "qwen-node-b-p1", 12)]
+    assert got["untouched"] == []
+    assert got["lines"] == ["node-b failed earlier in this run: its route target qwen-node-b is kept at 30; "
+                            "its route target qwen-node-b-p1 is kept at 12"]
+
+
+def test_the_seeds_line_and_a_limit_is_named_as_such():
+    wanted = routes.wanted_routes("pooled", {"node-a": SEED["node-a"]}, {"node-a": 58, "node-b": 42}, "qwen")
+    now = [gpustack_route("qwen", (1, 58), (2, 42))]
+    got = routes.keep_unknown(wanted, now, MODELS, {"node-b": "qwen"}, ["qwen"])
+    assert got["lines"] == ["node-b failed earlier in this run: its route target qwen-node-b is kept at 42"]
+    got = routes.keep_unknown(wanted, now, MODELS, {"node-b": "qwen"}, ["qwen"],
+                              {"node-b": "is not in this run (--limit)"})
+    assert got["lines"][0].startswith("node-b is not in this run (--limit): its route target qwen-node-b is kept")
+
+
+def test_a_node_new_to_gpustack_adds_nothing_and_says_so():
+    wanted = routes.wanted_routes("pooled", {"node-a": SEED["node-a"]}, {}, "qwen")
+    got = routes.keep_unknown(wanted, [], MODELS, {"node-b": "qwen"}, ["qwen"])
+    assert got["routes"] == wanted and got["kept"] == [] and got["untouched"] == []
+    assert got["lines"] == ["node-b failed earlier in this run: GPUStack's routes hold no target of it, so none is added"]
+
+
+def test_a_split_route_only_the_failed_node_serves_is_left_alone_not_removed():
+    by_host = {"node-a": [{"name": "qwen-node-a", "profile": "text"}]}
+    wanted = routes.wanted_routes("split", by_host, {}, "qwen")
+    now = [gpustack_route("qwen-text", (1, 100)), gpustack_route("qwen-multimodal", (2, 100)),
+           gpustack_route("someone-elses", (2, 100))]
+    got = routes.keep_unknown(wanted, now, MODELS, {"node-b": "qwen"}, ["qwen", "qwen-text", "qwen-multimodal"])
+    assert got["routes"] == wanted  # qwen-text holds nothing of node-b
+    assert got["untouched"] == ["qwen-multimodal"]  # a route of the collection; someone-elses is not ours to touch
+    assert got["kept"] == [{"host": "node-b", "route": "qwen-multimodal", "model": "qwen-node-b", "weight": 100}]
+
+
+def test_a_target_already_wanted_is_not_doubled_and_known_nodes_are_never_kept():
+    wanted = routes.wanted_routes("pooled", SEED, {"node-a": 58, "node-b": 42}, "qwen")
+    now = [gpustack_route("qwen", (1, 10), (2, 90))]
+    got = routes.keep_unknown(wanted, now, MODELS, {}, ["qwen"])
+    assert got["routes"] == wanted and got["kept"] == [] and got["lines"] == []
+
+
+def test_the_keep_filters_run_in_a_play(tmp_path):
+    facts = run_local_play(tmp_path, "Keep filters", [
+        {"name": "Keep", "ansible.builtin.set_fact": {
+            "keep": "{{ wanted | pairserve.llm.route_keep_unknown(now, models, {'node-b': 'qwen'}, ['qwen']) }}"}},
+        {"name": "Names", "ansible.builtin.set_fact": {
+            "names": "{{ ['qwen-node-a', 'qwen-node-b', 'qwen-node-b-p1', 'qwen-node-bb'] "
+                     "| pairserve.llm.replica_names_of({'node-b': 'qwen'}) }}"}},
+        {"name": "Refused", "ansible.builtin.set_fact": {
+            "bad": "{{ wanted | pairserve.llm.route_keep_unknown(now, models, ['node-b'], ['qwen']) }}"},
+         "ignore_errors": True},
+    ], {"wanted": routes.wanted_routes("pooled", {"node-a": SEED["node-a"]}, {"node-a": 58}, "qwen"),
+        "now": [gpustack_route("qwen", (1, 58), (2, 42))], "models": MODELS}).by_task
+    assert facts["Keep"]["ansible_facts"]["keep"]["kept"] == [
+        {"host": "node-b", "route": "qwen", "model": "qwen-node-b", "weight": 42}]
+    assert facts["Names"]["ansible_facts"]["names"] == ["qwen-node-b", "qwen-node-b-p1"]
+    assert facts["Refused"]["_status"] == "failed" and "{host: model name}" in facts["Refused"]["msg"]
