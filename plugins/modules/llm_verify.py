@@ -199,7 +199,11 @@ options:
   instances:
     description:
       - The replica's model instances as gathered by M(pairserve.llm.gpustack_info) (C(id), C(name), C(state),
-        C(state_message), C(worker_name)), for the diagnosis.
+        C(state_message), C(worker_name), C(worker_id), C(worker_ip), C(port)), for the diagnosis.
+      - On a failure with O(gpustack) given, the diagnosis first names each node that cannot serve its instance,
+        with the address tried - its worker's C(/healthz) (GPUStack reaches a replica only through the worker of its
+        node) or the replica's own C(/health) - before the HTTP reason; an instance whose worker does not answer is
+        not shown as running.
     type: list
     elements: dict
     default: []
@@ -303,6 +307,23 @@ def _instance_logs(module, client, instances, tail):
             entry["log_tail"] = resp.text if resp.ok else "(log not available: HTTP %s %s)" % (
                 resp.status, resp.error_message()[:200])
         out.append(entry)
+    return out
+
+
+def _reachability(gp_client, instances, timeout=5):
+    """Each instance with ``reach``: whether its worker's /healthz and the replica's /health answer from here (the
+    Ansible controller, which the node firewall lets through), the node-first part of a failure's diagnosis."""
+    resp = gp_client.request("%s/v2/workers?page=1&perPage=100" % gp_client.base_url, timeout=30)
+    workers = resp.body.get("items", []) if resp.ok and isinstance(resp.body, dict) else []
+    out = []
+    for inst in instances:
+        reach = {}
+        for kind, url in probe.reach_urls(inst, workers).items():
+            if url:
+                got = probe.Client(url, None, timeout, validate_certs=False).request(url, timeout=timeout)
+                reach[kind] = {"url": url, "ok": got.ok,
+                               "error": got.error or "HTTP %s" % got.status}
+        out.append(dict(inst, reach=reach))
     return out
 
 
@@ -455,6 +476,7 @@ def main():
         instances = params["instances"]
         if gp_client is not None and instances:
             instances = _instance_logs(module, gp_client, instances, params["gpustack"]["log_tail_lines"])
+            instances = _reachability(gp_client, instances)
         result["diagnosis"] = probe.diagnosis(target, results, instances, boot_problems)
         module.fail_json(msg="verification of %s failed:\n%s" % (target, result["diagnosis"]), **result)
     module.exit_json(**result)
