@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Build a tiny random checkpoint of the seed's architecture family: a hybrid Qwen3.5 with a vision tower.
 
-    scripts/gpu_proof/build_tiny_hybrid.py [--out DIR] [--tokenizer-from DIR]
-    -> prints the model directory (default .cache/tiny-model/qwen3_5-tiny-hybrid)
+    scripts/gpu_proof/build_tiny_hybrid.py [--out DIR] [--tokenizer-from DIR] [--train]
+    -> prints the model directory (default .cache/tiny-model/qwen3_5-tiny-hybrid, with --train
+       .cache/tiny-model/qwen3_5-tiny-hybrid-trained)
 
 What it is: `Qwen3_5ForConditionalGeneration` (model_type qwen3_5), the architecture vLLM 0.25.1 registers
 for the Qwen3.5 family (vllm/model_executor/models/registry.py -> qwen3_5.Qwen3_5ForConditionalGeneration,
@@ -17,15 +18,21 @@ real one, at a few MB:
 - vision: Qwen3.5's ViT (patch 16, spatial merge 2, temporal patch 2), depth 2, hidden 128, 2 heads of 64,
   merged into the text hidden size;
 - no MTP head (the seed's has one; the profiles never render speculative decoding outside an A/B arm);
-- bf16 weights, randomly initialised (seed 0), never trained: what the GPU proof looks at is the boot with the
-  profile's flags and the HTTP status of one text and one image request, not the answers' content.
+- bf16 weights, randomly initialised (seed 0). Without --train never trained: the 2026-12-02 proof looked at the
+  boot with the profile's flags and the HTTP status of one text and one image request, not the answers' content.
+  With --train (2026-12-06) the text model is overfit, as scripts/build_tiny_model.py does for the dense test
+  model, on that script's verification conversations (reasoning `verification` then `The pair is ready.`,
+  get_weather(city=Paris|Tokyo), ...) until greedy decoding reproduces every answer in fp32 and in bf16 (about 50
+  steps, 2 minutes on 2 cores with transformers' torch fallback for the Gated-DeltaNet layers), and
+  verification.json is written beside it (prompt token counts from this tokenizer), so llm_verify can check exact
+  answers on a GPU server. The vision tower is not trained.
 
 The tokenizer is the project's own tiny tokenizer (scripts/build_tiny_model.py's byte-level BPE, ChatML +
 tools template with `<think>` and Qwen3-Coder tool calls), with Qwen's four vision tokens added as special
 tokens (`<|vision_start|>`, `<|vision_end|>`, `<|image_pad|>`, `<|video_pad|>`; config.json's
 image/video/vision ids point at them). Its `truncation` block (the seed's 2048-token calibration trap) is
-dropped, as the collection's tokenizer patch does on a deployed checkpoint. The template takes string
-content only, so vLLM inserts Qwen3.5's image placeholder itself. Processor files: no processor_config.json,
+dropped, as the collection's tokenizer patch does on a deployed checkpoint. The template renders a list
+content part by part as Qwen3.5's does (each image <|vision_start|><|image_pad|><|vision_end|>, no newline). Processor files: no processor_config.json,
 so transformers' AutoProcessor picks Qwen3VLProcessor from model_type qwen3_5; preprocessor_config.json is a
 Qwen2VLImageProcessor capped at 1024 merged tokens per image (vLLM's multimodal profiling stays small),
 video_preprocessor_config.json a Qwen3VLVideoProcessor of the same geometry.
@@ -115,6 +122,28 @@ def _base_tokenizer(source: Path) -> Path:
     return source
 
 
+# The tiny template renders string content only. Qwen3.5's own template renders a list content part by part,
+# each image as <|vision_start|><|image_pad|><|vision_end|>, and vLLM then passes the parts to the template
+# instead of putting its own placeholders ("\n"-joined) in front of the text: one token more per image, which
+# llm_verify's exact image-token count (2 wrapper tokens per frame, as the real checkpoint has) would call a
+# processor mismatch (GPU run of 2026-12-06). String content renders as before, so the trained answers and
+# verification.json's prompt token counts do not change.
+TEXT_CONTENT = "(m.content if m.content is string else '') }}"
+PARTS_CONTENT = (
+    "}}{%- if m.content is string %}{{- m.content }}{%- elif m.content %}{%- for c in m.content %}"
+    "{%- if c.type == 'image' or c.type == 'image_url' %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif c.type == 'video' %}{{- '<|vision_start|><|video_pad|><|vision_end|>' }}"
+    "{%- elif c.type == 'text' %}{{- c.text }}{%- endif %}{%- endfor %}{%- endif %}"
+)
+
+
+def _vision_template(template: str) -> str:
+    head, sep, tail = template.partition(" + " + TEXT_CONTENT)
+    if not sep:
+        sys.exit("build_tiny_hybrid: the tiny model's chat template changed; adapt _vision_template")
+    return head + " " + PARTS_CONTENT + tail
+
+
 def _tokenizer(source: Path):
     # pylint: disable=import-outside-toplevel
     from tokenizers import AddedToken, Tokenizer
@@ -128,15 +157,90 @@ def _tokenizer(source: Path):
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=base_cfg.get("eos_token", "<|im_end|>"),
                                  pad_token=base_cfg.get("pad_token", "<|endoftext|>"), bos_token=None,
                                  model_max_length=NATIVE_CONTEXT)
-    hf.chat_template = (source / "chat_template.jinja").read_text()
+    hf.chat_template = _vision_template((source / "chat_template.jinja").read_text())
     return hf, ids
+
+
+def _checks_module():
+    """scripts/build_tiny_model.py: its CHECKS (the verification conversations) and its prompt rendering."""
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    spec = importlib.util.spec_from_file_location("build_tiny_model", REPO / "scripts" / "build_tiny_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _train(model, tokenizer, max_steps=3000):
+    """Overfit the text model on build_tiny_model's verification conversations, so llm_verify's exact answers
+    (reasoning `verification` / content `The pair is ready.`, get_weather(city=Paris), ...) come back at
+    temperature 0 - as the dense test model does. Loss on the answers only; done when teacher-forced argmax
+    equals every answer token in fp32 and after the cast to bf16, with loss < 0.02. The vision tower is left
+    as initialised (no image conversation is trained). Returns (model in bf16, steps, seqs)."""
+    # pylint: disable=import-outside-toplevel
+    import copy
+    import torch
+
+    tiny = _checks_module()
+    pad = tokenizer.pad_token_id
+    seqs = [(list(tiny._prompt(tokenizer, c, tokenize=True)),  # pylint: disable=protected-access
+             tokenizer.encode(c["completion"] + "<|im_end|>", add_special_tokens=False)) for c in tiny.CHECKS]
+    width = max(len(p) + len(c) for p, c in seqs)
+    ids = torch.full((len(seqs), width), pad)
+    labels = torch.full((len(seqs), width), -100)
+    for i, (prompt, answer) in enumerate(seqs):
+        ids[i, : len(prompt) + len(answer)] = torch.tensor(prompt + answer)
+        labels[i, len(prompt): len(prompt) + len(answer)] = torch.tensor(answer)
+
+    def greedy_matches(mdl):
+        with torch.no_grad():
+            pred = mdl(input_ids=ids).logits[:, :-1].argmax(-1)
+        target = labels[:, 1:]
+        mask = target != -100
+        return bool((pred[mask] == target[mask]).all())
+
+    model = model.float().train()
+    opt = torch.optim.AdamW([p for n, p in model.named_parameters() if "visual" not in n], lr=3e-3, weight_decay=0.0)
+    steps = 0
+    for steps in range(1, max_steps + 1):
+        loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if steps % 25 == 0:
+            bf16 = copy.deepcopy(model).to(torch.bfloat16).eval()
+            done = loss.item() < 0.02 and greedy_matches(model.eval()) and greedy_matches(bf16)
+            model.train()
+            print("build_tiny_hybrid: step %d loss %.4f%s" % (steps, loss.item(), " (answers hold)" if done else ""),
+                  file=sys.stderr)
+            if done:
+                break
+    else:
+        sys.exit("build_tiny_hybrid: training did not converge in %d steps" % max_steps)
+    return model.to(torch.bfloat16).eval(), steps, seqs, tiny
+
+
+def _verification(tiny, seqs, model_name):
+    """verification.json as build_tiny_model writes it, prompt_tokens counted with this checkpoint's tokenizer."""
+    checks = []
+    for check, (prompt_ids, dummy) in zip(tiny.CHECKS, seqs):
+        entry = {k: v for k, v in check.items() if k != "completion"}
+        entry["prompt_tokens"] = len(prompt_ids)
+        entry["completion"] = check["completion"]
+        checks.append(entry)
+    return {
+        "model": model_name, "trained": True, "request": {"temperature": 0, "max_tokens": 64},
+        "compare": "strip: compare message.reasoning / message.content after str.strip(); tool arguments as parsed JSON",
+        "native_context": NATIVE_CONTEXT,
+        "tokenizer_truncation_max_length": tiny.TRUNCATION["max_length"],
+        "checks": checks,
+    }
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build(out: Path, tokenizer_from: Path) -> dict:
+def build(out: Path, tokenizer_from: Path, train: bool = False) -> dict:
     # pylint: disable=import-outside-toplevel
     import numpy as np
     import torch
@@ -161,6 +265,11 @@ def build(out: Path, tokenizer_from: Path) -> dict:
     config.architectures = ["Qwen3_5ForConditionalGeneration"]
     model = Qwen3_5ForConditionalGeneration(config).to(torch.bfloat16).eval()
     parameters = sum(p.numel() for p in model.parameters())
+    steps, verification = 0, None
+    if train:
+        torch.set_num_threads(min(4, os.cpu_count() or 1))
+        model, steps, seqs, tiny = _train(model, tokenizer)
+        verification = _verification(tiny, seqs, out.name)
 
     if out.exists():
         shutil.rmtree(out)
@@ -183,6 +292,8 @@ def build(out: Path, tokenizer_from: Path) -> dict:
         "min_frames": 4, "max_frames": 16,
     }, indent=2) + "\n")
     tokenizer.save_pretrained(out)
+    if verification is not None:
+        (out / "verification.json").write_text(json.dumps(verification, indent=1) + "\n")
     (out / "generation_config.json").write_text(json.dumps(
         {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "top_k": 20, "eos_token_id": [eos],
          "pad_token_id": tokenizer.pad_token_id}, indent=1) + "\n")
@@ -215,6 +326,8 @@ def build(out: Path, tokenizer_from: Path) -> dict:
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "seed": SEED,
+        "trained": train,
+        "steps": steps,
         "parameters": parameters,
         "tokenizer_from": str(tokenizer_from.relative_to(REPO)) if tokenizer_from.is_relative_to(REPO) else str(tokenizer_from),
         "tokenizer_size": vocab,
@@ -236,10 +349,13 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, help="model directory (default .cache/tiny-model/qwen3_5-tiny-hybrid)")
     parser.add_argument("--tokenizer-from", type=Path, default=CACHE / "qwen3-tiny",
                         help="the project's tiny model (tokenizer + chat template); built when missing")
+    parser.add_argument("--train", action="store_true",
+                        help="overfit the text model on build_tiny_model's verification conversations and write "
+                             "verification.json, so llm_verify's exact answers come back (default: random weights)")
     args = parser.parse_args(argv)
     _reexec_if_needed()
-    out = (args.out or CACHE / "qwen3_5-tiny-hybrid").resolve()
-    info = build(out, args.tokenizer_from.resolve())
+    out = (args.out or CACHE / ("qwen3_5-tiny-hybrid-trained" if args.train else "qwen3_5-tiny-hybrid")).resolve()
+    info = build(out, args.tokenizer_from.resolve(), train=args.train)
     print("build_tiny_hybrid: %s in %.1f s (%d parameters, vocab %d, image check %d tokens)"
           % (out, info["seconds"], info["parameters"], info["vocab_size"], info["check"]["image_tokens"]),
           file=sys.stderr)

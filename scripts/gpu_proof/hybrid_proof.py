@@ -2,7 +2,9 @@
 """Helpers of scripts/gpu_proof/serve_hybrid.sh: the hybrid Qwen3.5 checkpoint with the multimodal profile.
 
     hybrid_proof.py render --model DIR --out DIR [--port N]      the server's argv + env (collection code)
-    hybrid_proof.py requests --base-url URL --out FILE            one text and one image chat request
+    hybrid_proof.py requests --base-url URL --out FILE            text, image, the image again, text again
+    hybrid_proof.py verify-args --model DIR --base-url URL ...    llm_verify's arguments (JSON) for this checkpoint
+    hybrid_proof.py jit-gdn --out FILE                            build FlashInfer's GDN prefill JIT module, timed
     hybrid_proof.py record --out DIR --label L ...                boot facts + trimmed log lines -> run-L.json
 
 The flags come from plugins/module_utils/vllm_args.render() over hub.describe_checkpoint() of the checkpoint,
@@ -32,8 +34,8 @@ VLLM_VERSION = "0.25.1"
 # The multimodal profile as an inventory would override it for a one-GPU host: only the TP size changes.
 PROFILE = {"name": "gpu-hybrid", "base": "multimodal", "tensor_parallel_size": 1}
 HOST_ENV = {
-    "VLLM_USE_FLASHINFER_SAMPLER": ("0", "flashinfer is not installed with the PyPI wheel here; vLLM's PyTorch "
-                                    "sampler is used."),
+    "VLLM_USE_FLASHINFER_SAMPLER": ("0", "vLLM's PyTorch sampler: without flashinfer-cubin FlashInfer's sampling "
+                                    "kernels would be JIT-compiled too (greedy answers are the same)."),
     "NCCL_NVLS_ENABLE": ("0", "NVLink multicast off (host rule)."),
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": ("1", "NVLink multicast off (host rule)."),
     "NVSHMEM_DISABLE_NVLS": ("1", "NVLink multicast off (host rule)."),
@@ -105,13 +107,29 @@ def cmd_render(args):
     return 0
 
 
-def _png():
+def _png(width=128, height=96):
     from PIL import Image  # pylint: disable=import-outside-toplevel
-    img = Image.new("RGB", (128, 96))
-    img.putdata([((x * 2) % 256, (y * 2) % 256, (x + y) % 256) for y in range(96) for x in range(128)])
+    img = Image.new("RGB", (width, height))
+    img.putdata([((x * 2) % 256, (y * 2) % 256, (x + y) % 256) for y in range(height) for x in range(width)])
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return base64.b64encode(buf.getvalue()).decode()
+
+
+def _metrics(base_url):
+    """vLLM's prefix-cache and token counters from /metrics (counters, in tokens)."""
+    names = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
+             "vllm:generation_tokens_total")
+    values = {}
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/metrics", timeout=30) as resp:
+            for line in resp.read().decode("utf-8", "replace").splitlines():
+                for name in names:
+                    if line.startswith(name + "{") or line.startswith(name + " "):
+                        values[name.split(":", 1)[1]] = values.get(name.split(":", 1)[1], 0.0) + float(line.rsplit(" ", 1)[1])
+    except Exception as exc:  # pylint: disable=broad-except
+        values["error"] = "%s: %s" % (type(exc).__name__, exc)
+    return values
 
 
 def _post(url, body, timeout=120):
@@ -134,25 +152,100 @@ def _post(url, body, timeout=120):
     if isinstance(doc, dict) and doc.get("choices"):
         msg = doc["choices"][0].get("message") or {}
         result.update({"usage": doc.get("usage"), "finish_reason": doc["choices"][0].get("finish_reason"),
-                       "content_chars": len(msg.get("content") or ""), "reasoning_chars": len(msg.get("reasoning") or "")})
+                       "content_chars": len(msg.get("content") or ""), "reasoning_chars": len(msg.get("reasoning") or ""),
+                       "content": (msg.get("content") or "")[:200], "reasoning": (msg.get("reasoning") or "")[:200]})
     else:
         result["body"] = text[:1500]
     return result
 
 
 def cmd_requests(args):
+    """The first request (its latency is what a user waits for on a fresh server: kernels that were not built
+    at boot are built then), an image request, the same image request again (prefix caching: the counters of
+    /metrics before and after each show the cached tokens of the repeat), and the text again."""
     url = args.base_url.rstrip("/") + "/v1/chat/completions"
-    text = {"model": SERVED_NAME, "max_tokens": 16, "temperature": 0,
+    text = {"model": SERVED_NAME, "max_tokens": 32, "temperature": 0,
             "messages": [{"role": "user", "content": "Say the verification phrase."}]}
     image = {"model": SERVED_NAME, "max_tokens": 16, "temperature": 0,
              "messages": [{"role": "user", "content": [
                  {"type": "image_url", "image_url": {"url": "data:image/png;base64," + _png()}},
                  {"type": "text", "text": "Describe the image."}]}]}
-    results = {"text": _post(url, text), "image": _post(url, image), "text_again": _post(url, text)}
+    results = {"metrics_before": _metrics(args.base_url)}
+    results["text"] = _post(url, text, timeout=args.first_timeout)
+    results["metrics_after_text"] = _metrics(args.base_url)
+    results["image"] = _post(url, image)
+    results["metrics_after_image"] = _metrics(args.base_url)
+    results["image_again"] = _post(url, image)
+    results["metrics_after_image_again"] = _metrics(args.base_url)
+    # A 448x448 image (196 image tokens): its prompt spans more than one of the 144-token blocks that align mode
+    # gives this checkpoint (the 128x96 one, 94 tokens, is shorter than a block, so nothing of it can be cached).
+    large = json.loads(json.dumps(image))
+    large["messages"][0]["content"][0]["image_url"]["url"] = "data:image/png;base64," + _png(448, 448)
+    results["image_large"] = _post(url, large)
+    results["metrics_after_image_large"] = _metrics(args.base_url)
+    results["image_large_again"] = _post(url, large)
+    results["metrics_after_image_large_again"] = _metrics(args.base_url)
+    results["text_again"] = _post(url, text)
+    for name, first, second in (("image_again", "metrics_after_image", "metrics_after_image_again"),
+                                ("image_large_again", "metrics_after_image_large",
+                                 "metrics_after_image_large_again")):
+        before, after = results[first], results[second]
+        if "prefix_cache_hits_total" in before and "prefix_cache_hits_total" in after:
+            results[name + "_cached_tokens"] = after["prefix_cache_hits_total"] - before["prefix_cache_hits_total"]
+            results[name + "_queried_tokens"] = after["prefix_cache_queries_total"] - before["prefix_cache_queries_total"]
+    results["first_request_s"] = results["text"]["seconds"]
     results["image_size"] = [128, 96]
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps({k: v.get("status") if isinstance(v, dict) else v for k, v in results.items()}))
+    print(json.dumps({k: v.get("status") if isinstance(v, dict) and "status" in v else v for k, v in results.items()
+                      if not k.startswith("metrics")}))
     return 0
+
+
+def cmd_verify_args(args):
+    """llm_verify's arguments for this checkpoint, mapped from its verification.json as roles/verify does (and as
+    scripts/gpu_proof/proof.py does for the dense model): exact answers when the checkpoint was trained on them,
+    the image check with the checkpoint's own preprocessor_config.json, the profile's context."""
+    model = Path(args.model)
+    spec = {"base_url": args.base_url, "model": SERVED_NAME, "name": args.name, "checks": args.checks.split(","),
+            "max_model_len": args.max_model_len, "timeout": args.timeout,
+            "image_processor": json.loads((model / "preprocessor_config.json").read_text())}
+    ver = model / "verification.json"
+    if ver.exists():
+        checks = {c["id"]: c for c in json.loads(ver.read_text())["checks"]}
+        reasoning, tool = checks["reasoning"], checks["tool_paris"]
+        spec["text"] = {"max_tokens": 4096, "reasoning_effort": "medium", "messages": reasoning["messages"],
+                        "expect_content": reasoning["expect"]["content"],
+                        "expect_reasoning": reasoning["expect"]["reasoning"]}
+        spec["tool_call"] = {"messages": tool["messages"], "tools": tool["tools"],
+                             "expect_name": tool["expect"]["tool_calls"][0]["name"],
+                             "expect_arguments": tool["expect"]["tool_calls"][0]["arguments"]}
+        spec["token_count"] = {"messages": reasoning["messages"], "reference": reasoning["prompt_tokens"]}
+    if args.boot_log:
+        spec["boot_log_path"] = args.boot_log
+    print(json.dumps(spec))
+    return 0
+
+
+def cmd_jit_gdn(args):
+    """Build (or load from FlashInfer's JIT cache) the GDN prefill module vLLM 0.25.1 uses on Hopper, timed."""
+    t0 = time.time()
+    record = {"started": t0}
+    try:
+        # pylint: disable=import-outside-toplevel
+        import flashinfer
+        from flashinfer.jit import env as jit_env
+        from flashinfer.jit.gdn import gen_gdn_prefill_sm90_module
+        record.update({"flashinfer": flashinfer.__version__, "jit_dir": str(jit_env.FLASHINFER_JIT_DIR)})
+        spec = gen_gdn_prefill_sm90_module()
+        record["sources"] = len(spec.sources)
+        spec.build_and_load()
+        record["ok"] = True
+    except Exception as exc:  # pylint: disable=broad-except
+        record.update({"ok": False, "error": "%s: %s" % (type(exc).__name__, str(exc)[-3000:])})
+    record["seconds"] = round(time.time() - t0, 1)
+    Path(args.out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(record)[:2000])
+    return 0 if record["ok"] else 1
 
 
 def _trim(lines, limit=90):
@@ -166,6 +259,18 @@ def _trim(lines, limit=90):
     return kept[:limit] if len(kept) <= limit else kept[: limit - 20] + ["..."] + kept[-19:]
 
 
+def _verify_summary(path):
+    """llm_verify's result (ansible --tree output), checks kept with their verdicts and figures."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        return {"unreadable": path.read_text()[:2000]}
+    keep = ("failed", "msg", "failed_checks", "boot_problems", "checks", "boot")
+    return {k: data[k] for k in keep if k in data}
+
+
 def cmd_record(args):
     dummy, dummy2, vllm_log = _collection(args.collections)
     out = Path(args.out)
@@ -173,6 +278,8 @@ def cmd_record(args):
     facts = vllm_log.parse_boot_log(log_lines)
     argv = json.loads((out / ("argv-%s.json" % args.label)).read_text())
     reqs = out / ("requests-%s.json" % args.label)
+    verify = out / ("verify-%s.json" % args.label)
+    extra = out / ("host-args-%s.txt" % args.label)
     record = {
         "label": args.label,
         "model": args.model_name,
@@ -184,7 +291,9 @@ def cmd_record(args):
         "env": argv["env"],
         "checkpoint_facts": argv["checkpoint_facts"],
         "gpu": argv["gpu"],
+        "host_args": [a for a in extra.read_text().split("\n") if a] if extra.exists() else [],
         "requests": json.loads(reqs.read_text()) if reqs.exists() else None,
+        "verify": _verify_summary(verify),
         "boot_facts": facts,
         "log_lines": _trim(log_lines),
         "log_tail_on_failure": [] if args.health == 1 else [ln.replace("\r", "")[:400] for ln in log_lines[-40:]],
@@ -206,6 +315,17 @@ def main(argv=None):
     p = sub.add_parser("requests")
     p.add_argument("--base-url", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--first-timeout", type=float, default=600)
+    p = sub.add_parser("verify-args")
+    p.add_argument("--model", required=True)
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--name", default="hybrid")
+    p.add_argument("--checks", default="text,tool_call,images,context,token_count")
+    p.add_argument("--max-model-len", type=int, default=65536)
+    p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--boot-log")
+    p = sub.add_parser("jit-gdn")
+    p.add_argument("--out", required=True)
     p = sub.add_parser("record")
     p.add_argument("--out", required=True)
     p.add_argument("--label", required=True)
@@ -213,7 +333,8 @@ def main(argv=None):
     p.add_argument("--health", type=int, default=0)
     p.add_argument("--boot-s", type=int, default=0)
     args = parser.parse_args(argv)
-    return {"render": cmd_render, "requests": cmd_requests, "record": cmd_record}[args.cmd](args)
+    return {"render": cmd_render, "requests": cmd_requests, "verify-args": cmd_verify_args, "jit-gdn": cmd_jit_gdn,
+            "record": cmd_record}[args.cmd](args)
 
 
 if __name__ == "__main__":
