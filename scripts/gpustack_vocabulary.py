@@ -10,6 +10,7 @@ What is read (with Python's ast: nothing of GPUStack is imported or run):
     (a `cdi` for `CDI` is ignored), so the collection refuses such a value in pairserve_gpustack_worker_env.
   - GPUStack's password rule: each `if not re.search(PATTERN, value): raise ValueError(MESSAGE)` of
     gpustack/schemas/users.py `_validate_password` (what its API and UI apply whenever a password is set).
+  - the pattern a route name must match (gpustack/schemas/model_routes.py `name_pattern`).
 
 The table (plugins/module_utils/gpustack_vocabulary_table.py) is keyed by the GPUStack version the site-packages hold
 (gpustack/__init__.py); tests/unit/plugins/module_utils/test_gpustack_vocabulary.py compares it with the sources of the
@@ -74,6 +75,16 @@ def password_rules(users_py):
     return rules
 
 
+def module_string(path, name):
+    """The string a module-level ``name = '...'`` assigns in ``path``."""
+    for node in ast.parse(Path(path).read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            value = _literal(node.value)
+            if isinstance(value, str):
+                return value
+    raise SystemExit("gpustack_vocabulary: no %s = '...' in %s: read the release's rule again" % (name, path))
+
+
 def read(site_packages):
     site = Path(site_packages)
     version = None
@@ -83,6 +94,9 @@ def read(site_packages):
     return version, {
         "runtime_env_choices": runtime_env_choices(site / "gpustack_runtime" / "envs.py"),
         "password_rules": password_rules(site / "gpustack" / "schemas" / "users.py"),
+        # the pattern every route target's route_name must match (schemas/model_routes.py): a route GPUStack cannot
+        # point a target at fails only when the route role runs, after the install
+        "route_name_pattern": module_string(site / "gpustack" / "schemas" / "model_routes.py", "name_pattern"),
     }
 
 

@@ -17,6 +17,7 @@ VOCABULARY = {
             ["[0-9]", "Password must contain at least one digit"],
             ["[!@#$%^&*_+]", "Password must contain at least one special character"],
         ],
+        "route_name_pattern": "^[A-Za-z](?:[A-Za-z0-9_\\-\\.:]*[A-Za-z0-9])?$",
         "runtime_env_choices": {
             "GPUSTACK_RUNTIME_DEPLOY_IMAGE_PULL_POLICY": {
                 "default": "IfNotPresent",

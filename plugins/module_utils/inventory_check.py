@@ -442,6 +442,8 @@ def _check_routes(out, server, view, nodes, profiles):
     route = view.get("pairserve_route_name")
     if not isinstance(route, str) or not NAME.match(route):
         out.add(server, "pairserve_route_name", "%r: use lower-case letters, digits and dashes" % (route,))
+    else:
+        _check_route_names(out, server, view, nodes, profiles)
     if mode == "pooled":
         if len(set(map(str, profiles.values()))) > 1:
             out.add(server, "pairserve_serving_mode", "pooled puts every replica behind one route, but the nodes "
@@ -499,6 +501,15 @@ def gpu_conflicts(pairs_by_host, others=None):
         out.add(first[0], "pairserve_gpu", "%s %s in %s: a GPU serves one replica only; %s"
                 % (", ".join(uuids), "is" if len(uuids) == 1 else "are", where, cause))
     return sorted(out, key=lambda p: (p["host"], p["problem"]))
+
+
+def _check_route_names(out, server, view, nodes, profiles):
+    """Every route the serving mode makes against GPUStack's own route name pattern (gpustack_vocabulary)."""
+    split = view.get("pairserve_split_routes") if isinstance(view.get("pairserve_split_routes"), dict) else {}
+    for name in _verify_targets(view, nodes, profiles):
+        variable = "pairserve_split_routes" if name in split.values() else "pairserve_route_name"
+        for problem in gpustack_vocabulary.route_name_problems(view.get("pairserve_gpustack_version"), name):
+            out.add(server, variable, problem)
 
 
 def _verify_targets(view, nodes, profiles):

@@ -45,13 +45,15 @@ def test_the_generator_reads_rules_from_source(tmp_path):
         "import re\n\ndef _validate_password(value):\n"
         "    if not re.search(r'[0-9]', value):\n        raise ValueError('needs a digit')\n"
         "    if not re.search(r'.{12,}', value):\n        raise ValueError('needs 12 characters')\n    return value\n")
+    (tmp_path / "gpustack" / "schemas" / "model_routes.py").write_text("import re\nname_pattern = r'^[a-z]+$'\n")
     (tmp_path / "gpustack_runtime" / "envs.py").write_text(
         "variables = {\n    'X': lambda: choice(getenv('GPUSTACK_RUNTIME_X'), options=['A', 'B'], default='A'),\n"
         "    'Y': lambda: getenv('GPUSTACK_RUNTIME_Y'),\n}\n")
     version, table = generator.read(tmp_path)
     assert version == "9.9.9"
     assert table == {"runtime_env_choices": {"GPUSTACK_RUNTIME_X": {"options": ["A", "B"], "default": "A"}},
-                     "password_rules": [["[0-9]", "needs a digit"], [".{12,}", "needs 12 characters"]]}
+                     "password_rules": [["[0-9]", "needs a digit"], [".{12,}", "needs 12 characters"]],
+                     "route_name_pattern": "^[a-z]+$"}
 
 
 @pytest.mark.parametrize("password,broken", [
@@ -97,3 +99,22 @@ def test_a_runtime_setting_outside_its_options_is_refused(env, ok):
         assert "%s %r is not one of GPUStack" % (name, value) in found[0]["problem"]
         assert ", ".join(options["options"]) in found[0]["problem"]
         assert "silently use %s" % options["default"] in found[0]["problem"]
+
+
+@pytest.mark.parametrize("changes,variable", [
+    ({"pairserve_route_name": "qwen"}, None),
+    ({"pairserve_route_name": "1qwen"}, "pairserve_route_name"),  # the collection's own name rule lets it through
+    ({"pairserve_serving_mode": "split", "pairserve_split_routes": {"text": "2-agents"}}, "pairserve_split_routes"),
+    ({"pairserve_serving_mode": "split", "pairserve_split_routes": {"text": "agents"}}, None),
+])
+def test_route_names_follow_gpustacks_own_pattern(changes, variable):
+    node_b = {"pairserve_replica_profile": "text"} if changes.get("pairserve_serving_mode") == "split" else {}
+    server = dict(changes)
+    if changes.get("pairserve_serving_mode") == "split":
+        node_b["pairserve_serving_mode"] = "split"
+        server["pairserve_verify_routes"] = None
+    found = problems(inventory_views.views(node_a=server, node_b=node_b), inventory_views.GROUPS,
+                     inventory_views.CONSTRAINTS)
+    assert [(p["host"], p["variable"]) for p in found] == ([("node-a", variable)] if variable else []), found
+    if variable:
+        assert "does not match GPUStack 2.2.3's route name pattern" in found[0]["problem"]
