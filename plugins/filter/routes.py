@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters pairserve.llm.route_wanted, route_drain_plan, route_weight_problems, controller_static_weights,
-route_keep_unknown and replica_names_of (documented in their .yml files); the rules are module_utils/routes.py's."""
+route_keep_unknown, replica_names_of, route_carriers and route_carrier_problems (documented in their .yml files);
+the rules are module_utils/routes.py's."""
 
 from __future__ import annotations
 
@@ -55,6 +56,26 @@ def replica_names_of(names, model_names):
     return routes.names_of_hosts(list(names or []), model_names)
 
 
+def route_carriers(plan, info, mine):
+    if not isinstance(plan, list) or not isinstance(info, dict):
+        raise AnsibleFilterError("pairserve.llm.route_carriers: expected the drain plan (a list) and GPUStack's view "
+                                 "(a dict)")
+    try:
+        return routes.carriers(plan, info, list(mine or []))
+    except (KeyError, TypeError, ValueError) as err:
+        raise AnsibleFilterError("pairserve.llm.route_carriers: %s" % err) from err
+
+
+def route_carrier_problems(found, probes):
+    """``probes``: the uri results ({url, status, msg}) of the carriers' URLs, asked from the server."""
+    if not isinstance(found, dict):
+        raise AnsibleFilterError("pairserve.llm.route_carrier_problems: expected route_carriers' result")
+    answers = dict((p.get("item") or p.get("url"), (p.get("status") if p.get("status") not in (-1, None) else None,
+                                                    p.get("msg") if p.get("status") != 200 else None))
+                   for p in probes or [] if isinstance(p, dict))
+    return routes.carrier_problems(found, answers)
+
+
 def controller_static_weights(replicas, weights, model_name, hosts):
     if not isinstance(replicas, list):
         raise AnsibleFilterError("pairserve.llm.controller_static_weights: expected the controller's replicas as a list")
@@ -71,4 +92,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
         return {"route_wanted": route_wanted, "route_drain_plan": route_drain_plan,
                 "route_weight_problems": route_weight_problems,
                 "controller_static_weights": controller_static_weights, "route_keep_unknown": route_keep_unknown,
-                "replica_names_of": replica_names_of}
+                "replica_names_of": replica_names_of, "route_carriers": route_carriers,
+                "route_carrier_problems": route_carrier_problems}

@@ -19,6 +19,9 @@
   controller all set weights through it.
 - ``bounded_weights``: the controller's weights, shares clamped between a floor and a ceiling, then rounded by
   ``proportional``'s rule.
+- ``carriers`` / ``carrier_problems``: a drain never removes the last healthy replica. Weights alone do not carry a
+  route: GPUStack reaches each replica through the worker of its node, so before a node is drained the others'
+  workers and replicas must answer where the server reaches them.
 - ``keep_unknown``: the route is changed only from what the run knows. A GPU node that failed earlier in the run
   (or was not part of it: ``--limit``) keeps the targets and weights the server has for it now; taking a node out
   of a route is an explicit act (the inventory, the drain of a day-2 play), never the side effect of a failure.
@@ -323,3 +326,81 @@ def keep_unknown(wanted, routes, models, unknown, route_names, reasons=None):
         what = "; ".join(parts) or "GPUStack's routes hold no target of it, so none is added"
         lines.append("%s %s: %s" % (host, (reasons or {}).get(host) or "failed earlier in this run", what))
     return {"routes": out, "kept": kept, "untouched": untouched, "lines": lines}
+
+
+def carriers(plan, info, mine):
+    """The other targets that would carry each drainable route of ``plan`` (``drain_plan``'s) while this node is
+    drained, with where the server reaches each: its worker's ``/healthz`` (GPUStack sends a route's requests through
+    the worker of the replica's node) and the replica's ``/health``.
+
+    info: GPUStack's view (``gpustack_info``: models, model_instances, workers). mine: this node's model names.
+    Returns {serving, routes}: ``serving`` whether one of this node's instances runs now (a route it does not serve
+    loses nothing by the drain); ``routes`` [{name, targets: [{model, node, instance, state, worker_url,
+    replica_url}]}], one per drainable route, each target one of the others' instances (a model with no instance is
+    listed with instance None)."""
+    instances = info.get("model_instances") or []
+    workers = info.get("workers") or []
+    mine = set(mine)
+    serving = any(i.get("model_name") in mine and i.get("state") == "running" for i in instances)
+    out = []
+    for route in plan:
+        if not route.get("drainable"):
+            continue
+        targets = []
+        for target in route.get("drain") or []:
+            if target["model"] in mine or int(target.get("weight") or 0) <= 0:
+                continue
+            found = [i for i in instances if i.get("model_name") == target["model"]]
+            for inst in found or [None]:
+                inst = inst or {}
+                worker = next((w for w in workers if w.get("id") == inst.get("worker_id")), None) or {}
+                host = worker.get("advertise_address") or worker.get("ip") or inst.get("worker_ip")
+                targets.append({
+                    "model": target["model"], "node": inst.get("worker_name") or worker.get("name"),
+                    "instance": inst.get("name"), "state": inst.get("state"),
+                    "worker_url": "http://%s:%s/healthz" % (host, worker["port"]) if host and worker.get("port")
+                    else None,
+                    "replica_url": ("http://%s:%s/health" % (inst["worker_ip"], inst["port"])
+                                    if inst.get("worker_ip") and inst.get("port") else None),
+                })
+        out.append({"name": route["name"], "targets": targets})
+    return {"serving": serving, "routes": out}
+
+
+def carrier_problems(found, answers):
+    """Why the others cannot carry the routes while this node is drained: one line per route none of whose other
+    targets serves, each naming its nodes first (the worker or replica that did not answer, with the address asked).
+
+    found: ``carriers``'s result. answers: {url: (HTTP status or None, error text)} of the probes made from the
+    server. Empty when every route has a target whose instance runs and whose worker and replica answer 200, or when
+    this node serves nothing now."""
+    if not found["serving"]:
+        return []
+    problems = []
+    for route in found["routes"]:
+        why = []
+        for target in route["targets"]:
+            node = target["node"] or "no node"
+            if not target["instance"]:
+                why.append("[%s] %s has no instance" % (node, target["model"]))
+                continue
+            if target["state"] != "running":
+                why.append("[%s] instance %s is %s" % (node, target["instance"], target["state"] or "in no state"))
+                continue
+            failed = None
+            for kind, url in (("worker", target["worker_url"]), ("replica", target["replica_url"])):
+                status, error = (answers or {}).get(url, (None, "not asked"))
+                if url and status != 200:
+                    failed = "[%s] the %s at %s does not answer (%s)" % (
+                        node, "worker" if kind == "worker" else "replica %s" % target["instance"],
+                        url.rsplit("/", 1)[0], error or "HTTP %s" % status)
+                    break
+            if failed:
+                why.append(failed + "; GPUStack lists %s as running" % target["instance"])
+            else:
+                why = None
+                break
+        if why is not None:
+            problems.append("route %s: no other target can serve it while this node is drained: %s"
+                            % (route["name"], "; ".join(why) or "it has no other target"))
+    return problems

@@ -238,3 +238,67 @@ def test_the_keep_filters_run_in_a_play(tmp_path):
         {"host": "node-b", "route": "qwen", "model": "qwen-node-b", "weight": 42}]
     assert facts["Names"]["ansible_facts"]["names"] == ["qwen-node-b", "qwen-node-b-p1"]
     assert facts["Refused"]["_status"] == "failed" and "{host: model name}" in facts["Refused"]["msg"]
+
+
+# -- a drain never removes the last healthy replica (carriers, carrier_problems) ---------------------------------
+
+def seed_plan(weights=(("qwen-node-a", 58), ("qwen-node-b", 42))):
+    routes_now = [route(*[(m, w, None) for m, w in weights])]
+    return routes.drain_plan(routes_now, ["qwen-node-a"], ["qwen-node-a"], {"qwen": 58})
+
+
+INFO = {
+    "workers": [{"id": 1, "name": "node-a", "ip": "10.0.0.1", "port": 10150},
+                {"id": 2, "name": "node-b", "ip": "10.0.0.2", "port": 10170}],
+    "model_instances": [
+        {"name": "qwen-node-a-x", "model_name": "qwen-node-a", "state": "running", "worker_id": 1,
+         "worker_name": "node-a", "worker_ip": "10.0.0.1", "port": 40000},
+        {"name": "qwen-node-b-y", "model_name": "qwen-node-b", "state": "running", "worker_id": 2,
+         "worker_name": "node-b", "worker_ip": "10.0.0.2", "port": 40100}],
+}
+B_WORKER, B_REPLICA = "http://10.0.0.2:10170/healthz", "http://10.0.0.2:40100/health"
+
+
+def test_the_carriers_are_the_other_nodes_instances_with_where_the_server_reaches_them():
+    found = routes.carriers(seed_plan(), INFO, ["qwen-node-a"])
+    assert found["serving"] is True
+    assert found["routes"] == [{"name": "qwen", "targets": [{
+        "model": "qwen-node-b", "node": "node-b", "instance": "qwen-node-b-y", "state": "running",
+        "worker_url": B_WORKER, "replica_url": B_REPLICA}]}]
+
+
+def test_a_drain_is_refused_naming_the_node_whose_worker_does_not_answer():
+    found = routes.carriers(seed_plan(), INFO, ["qwen-node-a"])
+    assert routes.carrier_problems(found, {B_WORKER: (200, None), B_REPLICA: (200, None)}) == []
+    problems = routes.carrier_problems(found, {B_WORKER: (None, "Connection refused"), B_REPLICA: (200, None)})
+    assert problems == ["route qwen: no other target can serve it while this node is drained: [node-b] the worker at "
+                        "http://10.0.0.2:10170 does not answer (Connection refused); GPUStack lists qwen-node-b-y as "
+                        "running"]
+    problems = routes.carrier_problems(found, {B_WORKER: (200, None), B_REPLICA: (503, None)})
+    assert "[node-b] the replica qwen-node-b-y at http://10.0.0.2:40100 does not answer (HTTP 503)" in problems[0]
+
+
+def test_an_instance_not_running_cannot_carry_and_a_node_serving_nothing_is_not_held():
+    info = dict(INFO, model_instances=[dict(INFO["model_instances"][0]),
+                                       dict(INFO["model_instances"][1], state="error")])
+    found = routes.carriers(seed_plan(), info, ["qwen-node-a"])
+    assert routes.carrier_problems(found, {})[0].endswith("[node-b] instance qwen-node-b-y is error")
+    # this node's own instance does not run: the route loses nothing by the drain
+    idle = dict(info, model_instances=[dict(INFO["model_instances"][0], state="error"), info["model_instances"][1]])
+    assert routes.carrier_problems(routes.carriers(seed_plan(), idle, ["qwen-node-a"]), {}) == []
+
+
+def test_one_healthy_carrier_is_enough_and_weight_0_targets_carry_nothing():
+    now = [route(("qwen-node-a", 50, None), ("qwen-node-b", 30, None), ("qwen-node-c", 20, None))]
+    plan = routes.drain_plan(now, ["qwen-node-a"], ["qwen-node-a"], {"qwen": 50})
+    info = dict(INFO, model_instances=INFO["model_instances"] + [
+        {"name": "qwen-node-c-z", "model_name": "qwen-node-c", "state": "running", "worker_id": 3,
+         "worker_name": "node-c", "worker_ip": "10.0.0.3", "port": 40200}],
+        workers=INFO["workers"] + [{"id": 3, "name": "node-c", "ip": "10.0.0.3", "port": 10150}])
+    found = routes.carriers(plan, info, ["qwen-node-a"])
+    answers = {B_WORKER: (None, "timed out"), "http://10.0.0.3:10150/healthz": (200, None),
+               "http://10.0.0.3:40200/health": (200, None)}
+    assert routes.carrier_problems(found, answers) == []
+    parked = routes.drain_plan([route(("qwen-node-a", 100, None), ("qwen-node-b", 0, ["5xx"]))], ["qwen-node-a"],
+                               ["qwen-node-a"], {})
+    assert routes.carriers(parked, INFO, ["qwen-node-a"])["routes"] == []  # not drainable: plan.yml refuses it first
