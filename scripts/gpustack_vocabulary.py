@@ -1,7 +1,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Derive, from an installed GPUStack's own sources, the rules the collection checks before installing it.
 
-    .venv/bin/python scripts/gpustack_vocabulary.py --write .cache/gpustack/venv-2.2.3/lib/python3.11/site-packages
+    .venv/bin/python scripts/gpustack_vocabulary.py --write .cache/gpustack/venv-2.2.3/lib/python3.11/site-packages \
+        "/tmp/up230/site=the gpustack 2.3.0 and gpustack-runtime 0.2.6 wheels, unpacked"   # pip download --no-deps
     .venv/bin/python scripts/gpustack_vocabulary.py --show  <site-packages>      # print what it reads, as JSON
 
 What is read (with Python's ast: nothing of GPUStack is imported or run):
@@ -13,8 +14,8 @@ What is read (with Python's ast: nothing of GPUStack is imported or run):
   - the pattern a route name must match (gpustack/schemas/model_routes.py `name_pattern`).
 
 The table (plugins/module_utils/gpustack_vocabulary_table.py) is keyed by the GPUStack version the site-packages hold
-(gpustack/__init__.py); tests/unit/plugins/module_utils/test_gpustack_vocabulary.py compares it with the sources of the
-venv `make caches` builds for the lab's pinned GPUStack.
+(gpustack/__init__.py); tests/integration/gpustack/test_gpustack_vocabulary_live.py compares it with the sources of
+the GPUStack venv the integration tier builds for the lab's pin, and GPUStack's own password check with the table's.
 """
 
 from __future__ import annotations
@@ -128,15 +129,18 @@ def _py(value, depth):
 
 def main(argv=None):
     cli = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    cli.add_argument("site_packages", nargs="+", help="site-packages of a GPUStack venv (gpustack and gpustack_runtime)")
+    cli.add_argument("site_packages", nargs="+", metavar="SITE[=SOURCE]",
+                     help="site-packages of a GPUStack venv (gpustack and gpustack_runtime), or the two wheels unpacked "
+                          "in one directory; SOURCE says where it came from in the table")
     cli.add_argument("--write", action="store_true", help="write %s" % TABLE.name)
     args = cli.parse_args(argv)
     tables, sources = {}, {}
-    for site in args.site_packages:
+    for spec in args.site_packages:
+        site, note = (spec.split("=", 1) + [""])[:2]
         version, table = read(site)
         tables[version] = table
         where = Path(site).resolve()
-        sources[version] = str(where.relative_to(REPO)) if where.is_relative_to(REPO) else str(where)
+        sources[version] = note or (str(where.relative_to(REPO)) if where.is_relative_to(REPO) else str(where))
     if args.write:
         TABLE.write_text(render_table(tables, sources))
         print("gpustack_vocabulary: wrote %s (%s)" % (TABLE.relative_to(REPO), ", ".join(sorted(tables))), file=sys.stderr)

@@ -5,6 +5,7 @@
 VOCABULARY[version] = {"runtime_env_choices": {NAME: {"options", "default"}}, "password_rules": [[regex, message]]}.
 Read through module_utils/gpustack_vocabulary.py. Sources:
   2.2.3: .cache/gpustack/venv-2.2.3/lib/python3.11/site-packages
+  2.3.0: the gpustack 2.3.0 and gpustack-runtime 0.2.6 wheels (pip download --no-deps), unpacked
 """
 
 from __future__ import annotations
@@ -16,6 +17,36 @@ VOCABULARY = {
             ["[a-z]", "Password must contain at least one lowercase letter"],
             ["[0-9]", "Password must contain at least one digit"],
             ["[!@#$%^&*_+]", "Password must contain at least one special character"],
+        ],
+        "route_name_pattern": "^[A-Za-z](?:[A-Za-z0-9_\\-\\.:]*[A-Za-z0-9])?$",
+        "runtime_env_choices": {
+            "GPUSTACK_RUNTIME_DEPLOY_IMAGE_PULL_POLICY": {
+                "default": "IfNotPresent",
+                "options": ["Always", "IfNotPresent", "Never"],
+            },
+            "GPUSTACK_RUNTIME_DOCKER_RESOURCE_INJECTION_POLICY": {
+                "default": "Env",
+                "options": ["Env", "CDI"],
+            },
+            "GPUSTACK_RUNTIME_KUBERNETES_DELETE_PROPAGATION_POLICY": {
+                "default": "Foreground",
+                "options": ["Foreground", "Background", "Orphan"],
+            },
+            "GPUSTACK_RUNTIME_KUBERNETES_RESOURCE_INJECTION_POLICY": {
+                "default": "Auto",
+                "options": ["Auto", "Env", "KDP"],
+            },
+            "GPUSTACK_RUNTIME_KUBERNETES_SERVICE_TYPE": {
+                "default": "ClusterIP",
+                "options": ["ClusterIP", "NodePort", "LoadBalancer"],
+            },
+        },
+    },
+    "2.3.0": {
+        "password_rules": [
+            ["[A-Z]", "Password must contain at least one uppercase letter"],
+            ["[a-z]", "Password must contain at least one lowercase letter"],
+            ["[0-9]", "Password must contain at least one digit"],
         ],
         "route_name_pattern": "^[A-Za-z](?:[A-Za-z0-9_\\-\\.:]*[A-Za-z0-9])?$",
         "runtime_env_choices": {

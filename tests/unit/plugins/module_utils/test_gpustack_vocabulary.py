@@ -1,5 +1,5 @@
 """GPUStack's fixed vocabularies and its password rule, from the generated table (scripts/gpustack_vocabulary.py reads
-them from the release's sources; tests/integration/gpustack/test_gpustack_vocabulary.py compares the table with the
+them from the release's sources; tests/integration/gpustack/test_gpustack_vocabulary_live.py compares the table with the
 sources of the venv the integration tier builds), refused by the validation play's rules with host and variable."""
 
 from __future__ import annotations
@@ -118,3 +118,10 @@ def test_route_names_follow_gpustacks_own_pattern(changes, variable):
     assert [(p["host"], p["variable"]) for p in found] == ([("node-a", variable)] if variable else []), found
     if variable:
         assert "does not match GPUStack 2.2.3's route name pattern" in found[0]["problem"]
+
+
+def test_the_rule_is_the_pinned_releases():
+    """2.3.0 dropped the special character from its rule (read from its sources): the same password is judged by the
+    release the inventory pins."""
+    assert gv.password_problems("2.3.0", "Abcdefg1") == []
+    assert "special character" in " ".join(gv.password_problems("2.2.3", "Abcdefg1"))

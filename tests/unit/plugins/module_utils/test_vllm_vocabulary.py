@@ -1,7 +1,7 @@
 """The enumerated vLLM settings are checked against the pinned release's own vocabulary (the generated table), and the
 validation play refuses a value outside it naming the host, the variable and the valid values.
 
-The table itself is compared with the live parsers in tests/integration/vllm/test_vllm_vocabulary.py (the integration
+The table itself is compared with the live parsers in tests/integration/vllm/test_vllm_vocabulary_live.py (the integration
 tier builds the vLLM venvs; the unit tier runs before them in `make test`)."""
 
 from __future__ import annotations
