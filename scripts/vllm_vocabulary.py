@@ -21,7 +21,7 @@ What a release's vocabulary is (the table keeps exactly this, nothing hand-writt
   - an option whose `choices=` a later release moved into a registry (MOVED_TO_REGISTRY: 0.33's kv-cache dtypes).
 
 Only the standard library runs on the driver side; the probe imports the release's own vLLM. tests/integration/vllm/
-test_vllm_vocabulary.py runs the probe in every vLLM venv the integration tier has and compares it with the table.
+test_vllm_vocabulary_live.py runs the probe in every vLLM venv the integration tier has and compares it with the table.
 """
 
 from __future__ import annotations
