@@ -21,7 +21,7 @@ import zlib
 from http.cookiejar import CookieJar
 from urllib.error import HTTPError, URLError
 
-from ansible_collections.pairserve.llm.plugins.module_utils import vl_tokens
+from ansible_collections.pairserve.llm.plugins.module_utils import reach, vl_tokens
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import (
     cert_verify_error,
     cert_verify_message,
@@ -699,16 +699,12 @@ def run_checks(client, model, checks, spec):
 
 
 def reach_urls(instance, workers):
-    """Where GPUStack reaches an instance: its worker's ``/healthz`` (the server proxies every request of a route
-    through the worker of the replica's node) and the replica's own ``/health``. ``workers``: GPUStack's worker
-    records (id, name, ip, advertise_address, port). Either URL is None when the records do not tell it."""
-    worker = next((w for w in workers or [] if w.get("id") == instance.get("worker_id")), None) or {}
-    host = worker.get("advertise_address") or worker.get("ip") or instance.get("worker_ip")
-    return {
-        "worker": "http://%s:%s/healthz" % (host, worker["port"]) if host and worker.get("port") else None,
-        "replica": ("http://%s:%s/health" % (instance["worker_ip"], instance["port"])
-                    if instance.get("worker_ip") and instance.get("port") else None),
-    }
+    """Where GPUStack reaches an instance (module_utils/reach.py): its worker's ``/healthz`` and the replica's own
+    ``/health``. ``workers``: GPUStack's worker records. Either URL is None when the records do not tell it."""
+    worker = reach.worker_of(instance, workers)
+    if not worker.get("ip") and not worker.get("advertise_address") and instance.get("worker_ip"):
+        worker = dict(worker, ip=instance["worker_ip"])
+    return {"worker": reach.worker_health_url(worker), "replica": reach.replica_health_url(instance)}
 
 
 def node_lines(instances):

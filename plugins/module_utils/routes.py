@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 import re
 
+from ansible_collections.pairserve.llm.plugins.module_utils import reach
+
 DEFAULT_HOST_WEIGHT = 50
 SPLIT_WEIGHT = 100
 DRAIN_FALLBACK_CODES = ["5xx"]
@@ -353,15 +355,11 @@ def carriers(plan, info, mine):
             found = [i for i in instances if i.get("model_name") == target["model"]]
             for inst in found or [None]:
                 inst = inst or {}
-                worker = next((w for w in workers if w.get("id") == inst.get("worker_id")), None) or {}
-                host = worker.get("advertise_address") or worker.get("ip") or inst.get("worker_ip")
+                worker = reach.worker_of(inst, workers)
                 targets.append({
                     "model": target["model"], "node": inst.get("worker_name") or worker.get("name"),
                     "instance": inst.get("name"), "state": inst.get("state"),
-                    "worker_url": "http://%s:%s/healthz" % (host, worker["port"]) if host and worker.get("port")
-                    else None,
-                    "replica_url": ("http://%s:%s/health" % (inst["worker_ip"], inst["port"])
-                                    if inst.get("worker_ip") and inst.get("port") else None),
+                    "worker_url": reach.worker_health_url(worker), "replica_url": reach.replica_health_url(inst),
                 })
         out.append({"name": route["name"], "targets": targets})
     return {"serving": serving, "routes": out}

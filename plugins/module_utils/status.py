@@ -148,15 +148,30 @@ def _table(header: list, rows: list) -> list:
     return ["  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells]
 
 
-def _workers(workers: list, devices_by_worker: dict, expected_nodes: dict, problems: list) -> list:
+def _unreachable(worker_name, reach: dict):
+    """The probe of a worker that did not answer (reach: {worker name: {url, ok, error}}), else None."""
+    got = (reach or {}).get(worker_name)
+    return got if got and not got.get("ok") else None
+
+
+def _workers(workers: list, devices_by_worker: dict, expected_nodes: dict, problems: list, reach=None) -> list:
     rows = []
     for worker in workers:
         devices = devices_by_worker[worker.get("name")]
+        down = _unreachable(worker.get("name"), reach)
         rows.append({
-            "name": worker.get("name"), "state": worker.get("state"), "state_message": worker.get("state_message"),
+            "name": worker.get("name"),
+            "state": ("unreachable (GPUStack: %s)" % worker.get("state")) if down else worker.get("state"),
+            "state_message": worker.get("state_message"),
             "gpu_count": len(devices),
             "gpus": [{"index": d.get("index"), "uuid": d.get("uuid"), "name": d.get("name")} for d in devices]})
-        if worker.get("state") != READY:
+        if down:
+            # Node first: GPUStack reaches the node's replicas only through this worker, and calls it ready until
+            # its heartbeat times out.
+            problems.append("[%s] the worker at %s does not answer (%s): GPUStack reaches its replicas only through "
+                            "it%s" % (worker.get("name"), down["url"].rsplit("/", 1)[0], down.get("error") or "no answer",
+                                      "; GPUStack still says %s" % worker.get("state") if worker.get("state") else ""))
+        elif worker.get("state") != READY:
             problems.append("worker %s is %s%s" % (worker.get("name"), worker.get("state") or "in no state",
                                                    _reason(worker)))
     for host, worker_name in sorted(expected_nodes.items()):
@@ -176,17 +191,23 @@ def _instances_of(model: dict, instances: list) -> list:
     return sorted(mine, key=lambda i: str(i.get("name")))
 
 
-def _replicas(models: list, instances: list, backends: list, devices_by_worker: dict, problems: list) -> list:
+def _replicas(models: list, instances: list, backends: list, devices_by_worker: dict, problems: list,
+              reach=None) -> list:
     rows = []
     for model in models:
         name, wanted = model.get("name"), model.get("replicas")
         mine = _instances_of(model, instances)
         common = {"model": name, "image": _image(model, backends), "backend_version": model.get("backend_version")}
         for inst in mine:
-            rows.append(dict(common, instance=inst.get("name"), state=inst.get("state"),
+            down = _unreachable(inst.get("worker_name"), reach)
+            rows.append(dict(common, instance=inst.get("name"),
+                             state=("unreachable (GPUStack: %s)" % inst.get("state")) if down else inst.get("state"),
                              state_message=inst.get("state_message"), node=inst.get("worker_name"),
                              gpus=_gpus_of(model, inst, devices_by_worker), restarts=inst.get("restart_count")))
-            if inst.get("state") != RUNNING:
+            if down:
+                problems.append("replica %s: instance %s cannot serve: the worker of %s does not answer" % (
+                    name, inst.get("name"), inst.get("worker_name")))
+            elif inst.get("state") != RUNNING:
                 restarts = " after %s restart(s)" % inst["restart_count"] if inst.get("restart_count") else ""
                 problems.append("replica %s: instance %s is %s on %s%s%s" % (
                     name, inst.get("name"), inst.get("state") or "in no state", inst.get("worker_name") or "no worker",
@@ -203,7 +224,7 @@ def _replicas(models: list, instances: list, backends: list, devices_by_worker: 
     return rows
 
 
-def _routes(routes: list, models: list, instances: list, problems: list) -> list:
+def _routes(routes: list, models: list, instances: list, problems: list, reach=None) -> list:
     models_by_id = dict((m.get("id"), m) for m in models)
     rows = []
     for route in sorted(routes, key=lambda r: str(r.get("name"))):
@@ -224,7 +245,9 @@ def _routes(routes: list, models: list, instances: list, problems: list) -> list
                                 % (route.get("name"), target.get("id"), target["model_id"]))
                 continue
             row["target"] = model.get("name")
-            row["running"] = sum(1 for i in _instances_of(model, instances) if i.get("state") == RUNNING)
+            # An instance whose worker does not answer does not serve, whatever GPUStack's record says.
+            row["running"] = sum(1 for i in _instances_of(model, instances)
+                                 if i.get("state") == RUNNING and not _unreachable(i.get("worker_name"), reach))
             if row["running"]:
                 live += 1
             elif not (weight == 0 and model.get("replicas") == 0):
@@ -283,12 +306,14 @@ def _lines(result: dict) -> list:
     return lines
 
 
-def cluster_status(info: dict, nodes=None, verify=None, expected_nodes=None) -> dict:
+def cluster_status(info: dict, nodes=None, verify=None, expected_nodes=None, reach=None) -> dict:
     """The cluster's status from GPUStack's records (``info``: gpustack_info's result with workers, gpus, models,
     model_instances, routes and inference_backends), the GPU nodes' disk reports (``nodes``: [{host, path, rc,
     stdout, stderr}] of ``df -B1 --output=size,avail,target``) and the last verify record (``verify``, or None).
     ``expected_nodes``: {inventory host: worker name, empty for the host's name} of the GPU nodes, each of which
-    must have a ready worker.
+    must have a ready worker. ``reach``: {worker name: {url, ok, error}}, each worker's ``/healthz`` asked from the
+    server (module_utils/reach.py): a worker that did not answer leads the problems, and its instances do not count as
+    running, whatever GPUStack's records say (it notices a dead worker only when the heartbeat times out).
 
     A node's report may carry ``gpu`` (its pairs as gpu_pairs read them, or {error}): the table then shows each pair's
     NUMA nodes and whether it spans CPU sockets, with gpu_pairs' warning (a warning, never a problem).
@@ -304,9 +329,10 @@ def cluster_status(info: dict, nodes=None, verify=None, expected_nodes=None) -> 
     devices_by_worker = dict((w.get("name"), _worker_devices(w, info.get("gpus") or [])) for w in workers)
     problems = []
     result = {
-        "workers": _workers(workers, devices_by_worker, expected_nodes, problems),
-        "replicas": _replicas(models, instances, info.get("inference_backends") or [], devices_by_worker, problems),
-        "routes": _routes(info.get("routes") or [], models, instances, problems),
+        "workers": _workers(workers, devices_by_worker, expected_nodes, problems, reach),
+        "replicas": _replicas(models, instances, info.get("inference_backends") or [], devices_by_worker, problems,
+                              reach),
+        "routes": _routes(info.get("routes") or [], models, instances, problems, reach),
         "verify": {"record": verify if isinstance(verify, dict) else None, "text": _verify_line(verify)},
         "disks": _disk_rows(nodes, sorted(expected_nodes)),
         # warnings, not problems: a pair across sockets serves, slower (gpu_pairs' topology warning)

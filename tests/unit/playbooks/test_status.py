@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -314,3 +315,38 @@ def test_the_verify_roles_record_is_what_the_play_shows(tmp_path, fake):
     assert run.rc == 0, run.stdout[-3000:]
     assert re.search(r"passed at %s: qwen \(qwen-node-a, qwen-node-b\)" % re.escape(record["finished_at"]),
                      run.stdout), run.stdout[-3000:]
+
+
+# -- a worker GPUStack still calls ready, that does not answer ------------------------------------------------------
+
+def test_a_worker_that_does_not_answer_leads_the_problems_and_its_instances_do_not_count_as_running():
+    info = cluster()
+    reach = {"node-a": {"url": "http://10.0.0.1:10150/healthz", "ok": True, "error": None},
+             "node-b": {"url": "http://10.0.0.2:10170/healthz", "ok": False, "error": "Connection refused"}}
+    result = status.cluster_status(info, [], None, {}, reach)
+    assert result["problems"][0] == ("[node-b] the worker at http://10.0.0.2:10170 does not answer (Connection refused): "
+                                     "GPUStack reaches its replicas only through it; GPUStack still says ready")
+    assert "replica qwen-node-b: instance %s cannot serve: the worker of node-b does not answer" % (
+        instance(info, "qwen-node-b")["name"]) in result["problems"]
+    assert "route qwen: target qwen-node-b (weight 42) has no running instance" in result["problems"]
+    assert [w["state"] for w in result["workers"]] == ["ready", "unreachable (GPUStack: ready)"]
+    assert [r["state"] for r in result["replicas"]] == ["running", "unreachable (GPUStack: running)"]
+    assert [r["running"] for r in result["routes"]] == [1, 0]
+    # without probes (or every worker answering) nothing changes
+    assert status.cluster_status(info, [], None, {}, {})["problems"] == []
+
+
+def test_the_play_asks_each_worker_and_names_the_node_whose_worker_is_down(tmp_path, fake):
+    with JsonStub(lambda r: (200, {})) as node_a_worker:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            dead = sock.getsockname()[1]
+        for worker, port in zip(fake.info["workers"], (node_a_worker.port, dead)):
+            worker.update(ip="127.0.0.1", port=port)
+        run = run_playbook(STATUS, inventory=inventory(tmp_path, fake.port))
+        assert [r.path for r in node_a_worker.seen] == ["/healthz"]
+    assert run.rc == 2, run.stdout[-4000:]
+    assert re.search(r"^\s+Down:\n\s+- \[node-b\] the worker at http://127\.0\.0\.1:%d does not answer \(" % dead,
+                     run.stdout, re.M), run.stdout[-3000:]
+    assert "unreachable (GPUStack: ready)" in run.stdout and "unreachable (GPUStack: running)" in run.stdout
+    assert recap(run.stdout)["node-a"]["changed"] == 0
