@@ -13,9 +13,8 @@ bench_weights_file) and by the inventory check.
 from __future__ import annotations
 
 import os
-import re
 
-from ansible_collections.pairserve.llm.plugins.module_utils import routes
+from ansible_collections.pairserve.llm.plugins.module_utils import replica_names, routes
 
 VARIABLE = "pairserve_route_weights"
 FILE_VARIABLE = "pairserve_bench_weights_file"
@@ -23,11 +22,8 @@ SUFFIXES = (".yml", ".yaml")
 
 
 def replica_host(name, hosts, model_name):
-    """The host in ``hosts`` whose replica ``name`` is (the replica role's naming), or None."""
-    for host in hosts:
-        if re.match(r"^%s-%s(-p[0-9]+)?$" % (re.escape(str(model_name)), re.escape(str(host))), str(name)):
-            return host
-    return None
+    """The host in ``hosts`` whose replica ``name`` is (module_utils/replica_names.py), or None."""
+    return replica_names.host_of(name, model_name, list(hosts))
 
 
 def host_weights(replica_weights, hosts, model_name):

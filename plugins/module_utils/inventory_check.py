@@ -24,6 +24,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils import (
     routes,
     worker_tools,
 )
+from ansible_collections.pairserve.llm.plugins.module_utils import replica_names as naming
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import seed_env_conflicts
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
     ANY_CHECKPOINT,
@@ -331,7 +332,7 @@ def problems(views, groups, constraints_versions=None):
         for variable, problem in firewall.problems(view):
             out.add(host, variable, problem)
         profiles[host] = name
-        base = "%s-%s" % (view.get("pairserve_model_name"), host)
+        base = naming.replica_name(view.get("pairserve_model_name"), host)
         if not NAME.match(base):
             out.add(host, "pairserve_model_name", "replica name %r: use lower-case letters, digits and dashes"
                     % base)
@@ -522,9 +523,9 @@ def _verify_targets(view, nodes, profiles):
             profile = profiles.get(host)
             name = (split.get(profile) if isinstance(split, dict) else None) or "%s-%s" % (
                 view.get("pairserve_route_name"), profile)
-            out.setdefault(name, []).append("%s-%s" % (model, host))
+            out.setdefault(name, []).append(naming.replica_name(model, host))
         return out
-    return {view.get("pairserve_route_name"): ["%s-%s" % (model, host) for host in nodes]}
+    return {view.get("pairserve_route_name"): [naming.replica_name(model, host) for host in nodes]}
 
 
 def _check_verify_routes(out, server, view, nodes, profiles):
@@ -550,14 +551,14 @@ def _check_verify_routes(out, server, view, nodes, profiles):
             out.add(server, var, "route %s: models %r is not a list of replica names" % (name, models))
             continue
         for model in models:
-            base = re.sub(r"-p[0-9]+$", "", str(model))
+            base = naming.base_name(model)
             if base not in made:
                 out.add(server, var, "route %s: %s is not a replica of a GPU node (the replicas are %s): after a "
                         "host is renamed, name its replica here too" % (name, model, ", ".join(sorted(made))))
             else:
                 covered.add(base)
     for host in nodes:
-        replica = "%s-%s" % (view.get("pairserve_model_name"), host)
+        replica = naming.replica_name(view.get("pairserve_model_name"), host)
         if replica not in covered:
             out.add(server, var, "%s (the replica of %s) is in no route verify checks: add it to the models of %s"
                     % (replica, host, next((r for r, names in targets.items() if replica in names), "its route")))

@@ -30,9 +30,8 @@
 from __future__ import annotations
 
 import math
-import re
 
-from ansible_collections.pairserve.llm.plugins.module_utils import reach
+from ansible_collections.pairserve.llm.plugins.module_utils import reach, replica_names
 
 DEFAULT_HOST_WEIGHT = 50
 SPLIT_WEIGHT = 100
@@ -169,9 +168,9 @@ def host_share(weights, host, default=DEFAULT_HOST_WEIGHT):
 
 
 def replica_host(name, model_name, hosts):
-    """The host of replica ``name`` by the replica role's naming, ``<model_name>-<host>``; None when no host fits."""
-    found = [h for h in hosts if name == "%s-%s" % (model_name, h)]
-    return found[0] if len(found) == 1 else None
+    """The host of replica ``name`` by the replica role's naming (module_utils/replica_names.py); None when no host
+    fits."""
+    return replica_names.host_of(name, model_name, hosts)
 
 
 def static_weights_by_replica(replicas, weights, model_name, hosts):
@@ -270,8 +269,8 @@ def drain_plan(routes, mine, new_names, share_when_zero):
 
 
 def owned_by(name, model_name, host):
-    """Whether replica ``name`` is one of ``host``'s by the replica role's naming: ``<model>-<host>[-p<N>]``."""
-    return re.match(r"^%s-%s(-p[0-9]+)?$" % (re.escape(model_name), re.escape(host)), name or "") is not None
+    """Whether replica ``name`` is one of ``host``'s (module_utils/replica_names.py)."""
+    return replica_names.owned_by(name, model_name, host)
 
 
 def names_of_hosts(names, model_names):

@@ -1,0 +1,66 @@
+"""The replica name's one owner (module_utils/replica_names.py) and its filters, and a guard that the rule is
+written nowhere else in the product."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.pairserve.llm.plugins.module_utils import replica_names as naming
+from lab.ansible_runner import run_local_play
+
+REPO = Path(__file__).resolve().parents[4]
+
+
+@pytest.mark.parametrize("pair, name", [(0, "qwen-node-a"), (1, "qwen-node-a-p1"), ("12", "qwen-node-a-p12"),
+                                        (None, "qwen-node-a")])
+def test_one_name_per_pair(pair, name):
+    assert naming.replica_name("qwen", "node-a", pair) == name
+    assert naming.owned_by(name, "qwen", "node-a") and naming.base_name(name) == "qwen-node-a"
+
+
+@pytest.mark.parametrize("name, host", [
+    ("qwen-node-b", "node-b"), ("qwen-node-b-p3", "node-b"), ("qwen-node-bb", None), ("qwen-node-b-px", None),
+    ("other-node-b", None), ("qwen.node-b", None),
+])
+def test_a_name_belongs_to_its_host_and_no_other(name, host):
+    assert naming.host_of(name, "qwen", ["node-a", "node-b"]) == host
+
+
+def test_a_host_named_like_anothers_pair_is_ambiguous_not_guessed():
+    # node-b-p1 is a legal host name: its first replica, qwen-node-b-p1, is also node-b's second one
+    assert naming.host_of("qwen-node-b-p1", "qwen", ["node-b", "node-b-p1"]) is None
+    assert naming.host_of("qwen-node-b", "qwen", ["node-b", "node-b-p1"]) == "node-b"
+
+
+def test_the_filters_run_in_a_play(tmp_path):
+    facts = run_local_play(tmp_path, "Replica name filters", [
+        {"name": "Name", "ansible.builtin.set_fact": {"name": "{{ 'qwen' | pairserve.llm.replica_name('node-a', 1) }}"}},
+        {"name": "Mine", "ansible.builtin.set_fact": {
+            "mine": "{{ ['qwen-node-a', 'qwen-node-a-p1', 'qwen-node-ab', 'qwen-node-b'] | select('match', "
+                    "'qwen' | pairserve.llm.replica_name_pattern('node-a')) | list }}"}},
+        {"name": "Refused", "ansible.builtin.set_fact": {"bad": "{{ '' | pairserve.llm.replica_name('node-a') }}"},
+         "ignore_errors": True},
+    ]).by_task
+    assert facts["Name"]["ansible_facts"]["name"] == "qwen-node-a-p1"
+    assert facts["Mine"]["ansible_facts"]["mine"] == ["qwen-node-a", "qwen-node-a-p1"]
+    assert facts["Refused"]["_status"] == "failed" and "needs the model name" in facts["Refused"]["msg"]
+
+
+def test_the_rule_is_written_nowhere_else_in_the_product():
+    """Issue 39: the name was built in five places. Any new `-p<N>` suffix or `<model>-<host>` join in the product's
+    code fails here; use the filters or module_utils/replica_names.py."""
+    suffix = re.compile(r"-p\[0-9\]|'-p' ~|\"-p%d\"|-p%s")
+    join = re.compile(r"pairserve_model_name[^\n]{0,40}~ '-' ~|model_name\), re\.escape|\"%s-%s\" % \((view\.get\(\""
+                      r"pairserve_model_name\"\)|model), host\)")
+    found = []
+    for path in list((REPO / "plugins").rglob("*.py")) + list((REPO / "roles").rglob("*.yml")) + \
+            list((REPO / "playbooks").rglob("*.yml")):
+        if path.name == "replica_names.py" and path.parent.name == "module_utils":
+            continue
+        text = path.read_text(encoding="utf-8")
+        if suffix.search(text) or join.search(text):
+            found.append(str(path.relative_to(REPO)))
+    assert not found, found
