@@ -258,7 +258,8 @@ def test_first_install_runs_as_written_and_its_inventory_passes_validation(tmp_p
     # The vault flag: without it, the validation play still reaches its list, naming the flag (not a decrypt error).
     forgot = Block(FIRST_INSTALL, 0, "without the vault password",
                    "ansible-playbook -i inventory/mysite playbooks/validate.yml\n", rc=2,
-                   output=["node-a, node-b: pairserve_gpustack_admin_password: is vaulted, and this run has no vault "
+                   # a server-only secret: named on the server's host alone
+                   output=["node-a: pairserve_gpustack_admin_password: is vaulted, and this run has no vault "
                            "password to read it: run again with --ask-vault-pass ..."])
     out = run_block(forgot, root)
     assert "Attempting to decrypt" not in out
