@@ -313,7 +313,7 @@ def keep_unknown(wanted, routes, models, unknown, route_names, reasons=None):
         out.append({"name": route["name"], "targets": targets})
     wanted_names = [r["name"] for r in wanted]
     untouched = [name for name in route_names if name not in wanted_names
-                 and any(owner(model) for model, _ in current.get(name, []))]
+                 and any(owner(model) for model, _weight in current.get(name, []))]
     for name in untouched:
         kept.extend({"host": owner(model), "route": name, "model": model, "weight": weight}
                     for model, weight in current[name] if owner(model))

@@ -160,7 +160,7 @@ def _lab_owners() -> dict:
     """{container id: owner} of both nodes and of every container the workers started (replicas, pause)."""
     owners = {}
     for engine in ENGINES:
-        for name, _ in engine_containers(engine):
+        for name, _engine in engine_containers(engine):
             if not name.startswith("pairserve-lab-"):  # the podman service also lists the node containers
                 owners[inspect(engine, name)["Id"]] = "replica " + name
     for node in NODES:
@@ -216,7 +216,7 @@ def test_network_md_lists_every_port_a_lan_machine_reaches(keys, outsider):
         if _probe(address, port, outsider) != "open":
             refused.append((port, owner))
             continue
-        row = _row(port, owner, {p for _, p in replicas.values()})
+        row = _row(port, owner, {p for _address, p in replicas.values()})
         if row is None or not any(key.startswith(row) for key in rows):
             undocumented.append((port, owner, row))
             continue
