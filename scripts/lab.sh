@@ -1063,6 +1063,9 @@ uninstall_kept+='|path /etc/ssl/private/ssl-cert-snakeoil\.key|path /etc/(localt
 uninstall_kept+='|path /etc/fonts/conf\.d(/.*)?|path /usr/local/share/fonts|path /etc/lighttpd(/.*)?|path /etc/systemd/user(/.*)?'
 # nginx (the HTTPS front's package) keeps its configuration tree and the web root its scripts filled.
 uninstall_kept+='|path /etc/nginx(/.*)?|path /var/lib/nginx(/.*)?|path /var/www(/.*)?'
+# The container runtime is the site's: the worker role enabled its socket unit (first-install.md, "Undo"), whose
+# link is a package link; enabling podman.socket also made the directory that holds it.
+uninstall_kept+='|path /etc/systemd/system/sockets\.target\.wants'
 uninstall_kept+='|package .*|package-(file|link|enabled|running) .*|user postgres|group (postgres|ssl-cert))$'
 
 snapshot_fresh_nodes() {  # before the first converge: what each node holds before the collection touches it
