@@ -76,13 +76,18 @@ if action == "restart":
 
 # The node's container runtime, as far as runner_image asks it: the NVIDIA runtime as Docker's default, the runner
 # images of the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml) and the pinned pause and health images
-# present (nothing else, nothing pulled), and a GPU container whose CUDA sees, of the GPUs named in
+# present (nothing else, nothing pulled), a runner image whose `vllm --version` prints the pinned vLLM (the
+# runner_image role's version check), and a GPU container whose CUDA sees, of the GPUs named in
 # NVIDIA_VISIBLE_DEVICES (what the NVIDIA runtime gives it, in PCI order), those CUDA_VISIBLE_DEVICES picks.
 DOCKER_SHIM = r'''#!/bin/sh
 case "$1" in
   info) [ "$2" = --format ] && [ "$3" = "{{json .}}" ] || { echo "docker stand-in: info $2 $3 is not --format {{json .}}" >&2; exit 2; }
         echo '{"DefaultRuntime": "nvidia", "Runtimes": {"runc": {}, "nvidia": {}}, "CDISpecDirs": []}' ;;
-  run) handed=; visible=
+  run) case " $* " in
+         *" --entrypoint vllm "*vllmPINNED_VLLM*" --version "*) echo "PINNED_VLLM"; exit 0 ;;
+         *" --entrypoint vllm "*) echo "docker stand-in: no vllm in that image: $*" >&2; exit 127 ;;
+       esac
+       handed=; visible=
        for a in "$@"; do case "$a" in
          --env=NVIDIA_VISIBLE_DEVICES=*) handed=${a#*=*=} ;;
          --env=CUDA_VISIBLE_DEVICES=*) visible=${a#*=*=} ;;
