@@ -9,16 +9,15 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 import yaml
 
-from lab import pins, tools_archive
+from lab import pins
 from lab.ansible_runner import REPO
 
 from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import problems, report  # noqa: E402
+from support.inventory_views import GOOD_VIEW, GROUPS
 from support.many_mistakes import EXPECTED, MISTAKES, PROBLEM_RE, reported
 
 
@@ -46,29 +45,7 @@ def test_site_yml_lists_every_mistake_and_changes_nothing():
     assert "vault" in out and "FASTEST_FIRST" in out
 
 
-# A tools archive the nodes can use (the lab's: scripts, which run on any platform), made once for the module.
-TOOLS_ARCHIVE = Path(tempfile.mkdtemp(prefix="pairserve-tools-")) / "gpustack-tools-2.2.3-linux-amd64.tar.gz"
-tools_archive.write("2.2.3", str(TOOLS_ARCHIVE))
-
-GOOD_VIEW = {
-    "pairserve_lab_mode": False,
-    "pairserve_gpustack_tools_archive": str(TOOLS_ARCHIVE),
-    # The example inventory's pins (its digest and checkpoint placeholders replaced by valid values below).
-    **{name: pins.example()[name]
-       for name in ("pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image")},
-    "pairserve_runner_image_digest": "sha256:" + "0" * 64, "pairserve_checkpoint_repo": "org/model",
-    "pairserve_checkpoint_revision": "a" * 40, "pairserve_serving_mode": "pooled", "pairserve_route_name": "qwen",
-    "pairserve_route_weights": {"node-a": 58, "node-b": 42}, "pairserve_model_name": "qwen",
-    "pairserve_replica_profile": "multimodal", "pairserve_profiles": {}, "pairserve_replica_env": {},
-    "pairserve_gpustack_api_port": 30080, "pairserve_gpustack_worker_port": 10150,
-    "pairserve_gpustack_worker_metrics_port": 10151, "pairserve_gpustack_worker_name": None,
-    "pairserve_gpustack_admin_password_set": True, "pairserve_gpustack_db_password_set": True,
-    "pairserve_runtime_pause_image": "docker.io/gpustack/runtime:pause",
-    "pairserve_runtime_pause_image_digest": "sha256:" + "1" * 64,
-    "pairserve_runtime_health_image": "docker.io/gpustack/runtime:health",
-    "pairserve_runtime_health_image_digest": "sha256:" + "2" * 64,
-}
-GROUPS = {"gpustack_server": ["node-a"], "gpu_nodes": ["node-a", "node-b"]}
+# The sound two-node views every rule test changes one variable of (tests/support/inventory_views.py).
 
 
 def check(**changes):
