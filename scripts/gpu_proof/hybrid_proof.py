@@ -5,6 +5,7 @@
     hybrid_proof.py requests --base-url URL --out FILE            text, image, the image again, text again
     hybrid_proof.py verify-args --model DIR --base-url URL ...    llm_verify's arguments (JSON) for this checkpoint
     hybrid_proof.py jit-gdn --out FILE                            build FlashInfer's GDN prefill JIT module, timed
+    hybrid_proof.py bench-args --base-url URL --report-dir DIR    llm_bench's arguments (JSON) for this server
     hybrid_proof.py record --out DIR --label L ...                boot facts + trimmed log lines -> run-L.json
 
 The flags come from plugins/module_utils/vllm_args.render() over hub.describe_checkpoint() of the checkpoint,
@@ -248,6 +249,33 @@ def cmd_jit_gdn(args):
     return 0 if record["ok"] else 1
 
 
+def cmd_bench_args(args):
+    """llm_bench as the bench play runs it (the module's defaults), against the one server; the prefill size
+    is the dense TP=2 proof's (8000 tokens), well inside the profile's 65,536."""
+    spec = {
+        "targets": [{"name": "hybrid-%s" % args.label, "base_url": args.base_url, "model": SERVED_NAME,
+                     "kind": "replica"}],
+        "label": "h100-hybrid-%s" % args.label, "arm": "baseline", "decode_tokens": 256, "ignore_eos": True,
+        "single_stream_requests": 3, "concurrency": 8, "rounds": 2, "sweep": [1, 2, 4, 8, 16],
+        "prefill_tokens": args.prefill_tokens, "prefix_cache": True, "timeout": 300,
+        "report_dir": args.report_dir, "plot": False,
+    }
+    print(json.dumps(spec))
+    return 0
+
+
+def _bench_summary(path):
+    """llm_bench's result (ansible --tree output): per target its measurements, the run's own figures."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError:
+        return {"unreadable": path.read_text()[:2000]}
+    keep = ("failed", "msg", "results")
+    return {k: data[k] for k in keep if k in data}
+
+
 def _trim(lines, limit=90):
     kept = []
     for line in lines:
@@ -280,6 +308,7 @@ def cmd_record(args):
     reqs = out / ("requests-%s.json" % args.label)
     verify = out / ("verify-%s.json" % args.label)
     extra = out / ("host-args-%s.txt" % args.label)
+    compare = out / ("bench-compare-%s.json" % args.label)
     record = {
         "label": args.label,
         "model": args.model_name,
@@ -294,6 +323,8 @@ def cmd_record(args):
         "host_args": [a for a in extra.read_text().split("\n") if a] if extra.exists() else [],
         "requests": json.loads(reqs.read_text()) if reqs.exists() else None,
         "verify": _verify_summary(verify),
+        "bench_compare": json.loads(compare.read_text()) if compare.exists() else None,
+        "llm_bench": _bench_summary(out / ("bench-%s.json" % args.label)),
         "boot_facts": facts,
         "log_lines": _trim(log_lines),
         "log_tail_on_failure": [] if args.health == 1 else [ln.replace("\r", "")[:400] for ln in log_lines[-40:]],
@@ -326,6 +357,11 @@ def main(argv=None):
     p.add_argument("--boot-log")
     p = sub.add_parser("jit-gdn")
     p.add_argument("--out", required=True)
+    p = sub.add_parser("bench-args")
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--report-dir", required=True)
+    p.add_argument("--label", default="bf16")
+    p.add_argument("--prefill-tokens", type=int, default=8000)
     p = sub.add_parser("record")
     p.add_argument("--out", required=True)
     p.add_argument("--label", required=True)
@@ -334,7 +370,7 @@ def main(argv=None):
     p.add_argument("--boot-s", type=int, default=0)
     args = parser.parse_args(argv)
     return {"render": cmd_render, "requests": cmd_requests, "verify-args": cmd_verify_args, "jit-gdn": cmd_jit_gdn,
-            "record": cmd_record}[args.cmd](args)
+            "bench-args": cmd_bench_args, "record": cmd_record}[args.cmd](args)
 
 
 if __name__ == "__main__":
