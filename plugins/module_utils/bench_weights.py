@@ -4,7 +4,8 @@
 
 The bench measures weights per replica (``<pairserve_model_name>-<host>``, ``-p<N>`` for a host's further pairs);
 the inventory's ``pairserve_route_weights`` is per host and split again over the host's replicas by the route role
-(module_utils/routes.py). So a host's weight is the sum of its replicas' weights, and the measured weights outlive
+(module_utils/routes.py). So a host's weight is the sum of its replicas' weights, or, where a host's pairs measured
+differently (two pairs of other cards), the list of its pairs' weights, pair 0 first; the measured weights outlive
 the next ``site.yml`` only when they are written to the inventory (``pairserve_bench_weights_file``, written with
 the module pairserve.llm.vars_file_entry). Used by the bench role (filters bench_host_weights,
 bench_weights_file) and by the inventory check.
@@ -53,8 +54,13 @@ def host_weights(replica_weights, hosts, model_name):
 
 
 def weights_yaml(weights):
-    """The exact inventory YAML for ``weights``: ``pairserve_route_weights:`` then one ``  host: weight`` line each."""
-    return "%s:\n%s" % (VARIABLE, "".join("  %s: %d\n" % (host, int(weight)) for host, weight in weights.items()))
+    """The exact inventory YAML for ``weights``: ``pairserve_route_weights:`` then one ``  host: weight`` line each
+    (``  host: [w0, w1]`` for a host weighed per pair)."""
+    def value(weight):
+        if isinstance(weight, (list, tuple)):
+            return "[%s]" % ", ".join("%d" % int(w) for w in weight)
+        return "%d" % int(weight)
+    return "%s:\n%s" % (VARIABLE, "".join("  %s: %s\n" % (host, value(weight)) for host, weight in weights.items()))
 
 
 def weights_file(value, inventory_dir=None):
@@ -90,25 +96,32 @@ def weights_file(value, inventory_dir=None):
 def keep_plan(replica_weights, hosts, model_name, path, inventory_weights, route):
     """What the report says about keeping the measured weights.
 
-    {host_weights, problem, yaml, file, temporary, inventory_weights, route}: ``host_weights`` the per-host weights
-    (None when ``problem``), ``temporary`` true when no file is set."""
+    {host_weights, problem, yaml, file, temporary, inventory_weights, route, uneven}: ``host_weights`` the per-host
+    weights, a list of pair weights for a host whose pairs measured differently (None when ``problem``),
+    ``temporary`` true when no file is set."""
     plan = {"file": path or "", "temporary": not path, "route": route, "host_weights": None, "problem": None,
             "yaml": "", "inventory_weights": dict(inventory_weights or {}), "uneven": []}
     try:
         plan["host_weights"] = host_weights(replica_weights, hosts, model_name)
-        plan["yaml"] = weights_yaml(plan["host_weights"])
     except ValueError as err:
         plan["problem"] = str(err)
         return plan
-    for host, share in plan["host_weights"].items():
-        # The route role splits a host's weight evenly over its replicas: say so when they measured differently.
-        names = [n for n in replica_weights if replica_host(n, [host], model_name)]
+    for host, share in list(plan["host_weights"].items()):
+        # The route role splits a host's number evenly over its replicas: pairs that measured differently are kept
+        # as a list, one weight per pair, when every pair from 0 on was measured; otherwise say what the split does.
+        names = sorted((n for n in replica_weights if replica_host(n, [host], model_name)),
+                       key=lambda n: replica_names.pair_of(n, model_name, host))
         even = routes.split_share(share, names)
-        if any(even[n] != int(replica_weights[n]) for n in names):
-            plan["uneven"].append("%s's replicas measured %s, but the inventory keeps one weight per host: the route "
-                                  "role splits its %d evenly (%s)" % (
-                                      host, ", ".join("%s %s" % (n, replica_weights[n]) for n in names), share,
-                                      ", ".join("%s %d" % (n, even[n]) for n in names)))
+        if all(even[n] == int(replica_weights[n]) for n in names):
+            continue
+        if [replica_names.pair_of(n, model_name, host) for n in names] == list(range(len(names))):
+            plan["host_weights"][host] = [int(replica_weights[n]) for n in names]
+            continue
+        plan["uneven"].append("%s's replicas measured %s, but not every pair of it from pair 0 on was measured, so "
+                              "the inventory keeps one weight for it: the route role splits its %d evenly (%s)" % (
+                                  host, ", ".join("%s %s" % (n, replica_weights[n]) for n in names), share,
+                                  ", ".join("%s %d" % (n, even[n]) for n in names)))
+    plan["yaml"] = weights_yaml(plan["host_weights"])
     return plan
 
 

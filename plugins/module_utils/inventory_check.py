@@ -44,12 +44,14 @@ VIEW_VARS = host_identity.VARIABLES + (
     "pairserve_replica_profile", "pairserve_profiles", "pairserve_replica_env", "pairserve_gpustack_api_port",
     "pairserve_gpustack_worker_port", "pairserve_gpustack_worker_metrics_port", "pairserve_gpustack_worker_name",
     "pairserve_gpustack_worker_service_port_range", "pairserve_gpustack_worker_ray_port_range",
-    "pairserve_firewall_table", "pairserve_firewall_allowed_sources", "pairserve_preflight_driver_min_for_runner",
+    "pairserve_firewall_table", "pairserve_firewall_allowed_sources", "pairserve_firewall_scrape_sources",
+    "pairserve_firewall_ssh_sources", "pairserve_firewall_ssh_ports", "pairserve_firewall_interfaces",
+    "pairserve_preflight_driver_min_for_runner",
     "pairserve_replica_restart", "pairserve_bench_weights_file", "inventory_dir",
     "pairserve_runtime_pause_image", "pairserve_runtime_pause_image_digest", "pairserve_runtime_health_image",
     "pairserve_runtime_health_image_digest", "pairserve_runner_runtime", "pairserve_runner_runtime_host",
     "pairserve_runner_check_runtime_host", "pairserve_gpustack_worker_env", "pairserve_verify_routes", "pairserve_split_routes",
-    "pairserve_gpustack_tools_archive",
+    "pairserve_gpustack_tools_archive", "pairserve_expected_pairs",
 ) + (
     # the controller's (checked on the server host when it is enabled; playbooks/validate.yml reads the literal
     # defaults of roles/controller, the role's preflight checks the same rule: controller_problems)
@@ -336,9 +338,16 @@ def problems(views, groups, constraints_versions=None):
         if not NAME.match(base):
             out.add(host, "pairserve_model_name", "replica name %r: use lower-case letters, digits and dashes"
                     % base)
-        if base in replica_names:
-            out.add(host, "pairserve_model_name", "replica name %s is also %s's" % (base, replica_names[base]))
-        replica_names[base] = host
+        # A host's replicas are <base> and <base>-p<N> (one per pair): two hosts whose names can meet (node-b and
+        # node-b-p1 under one model name) would take each other's replicas, route targets and maintenance.
+        for other, other_view in replica_names.items():
+            if base == naming.replica_name(other_view.get("pairserve_model_name"), other):
+                out.add(host, "pairserve_model_name", "replica name %s is also %s's" % (base, other))
+            elif naming.conflicts(view.get("pairserve_model_name"), host, other_view.get("pairserve_model_name"), other):
+                out.add(host, "pairserve_model_name", "replica names %s and %s-p<N> (one per pair) can also be %s's "
+                        "(%s): rename one host or give it another pairserve_model_name"
+                        % (base, base, other, naming.replica_name(other_view.get("pairserve_model_name"), other)))
+        replica_names[host] = view
         worker = view.get("pairserve_gpustack_worker_name") or host
         if worker in worker_names:
             out.add(host, "pairserve_gpustack_worker_name", "worker name %s is also %s's" % (worker, worker_names[worker]))
@@ -346,8 +355,9 @@ def problems(views, groups, constraints_versions=None):
     for host, variable, problem in host_identity.same_machine_problems(views, set(servers) | set(nodes)):
         out.add(host, variable, problem)
     if servers:
-        _check_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles)
-        _check_verify_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles)
+        expected_pairs = dict((h, (views.get(h) or {}).get("pairserve_expected_pairs")) for h in nodes)
+        _check_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles, expected_pairs)
+        _check_verify_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles, expected_pairs)
         out.extend(controller_problems(servers[0], views.get(servers[0]) or {}, nodes))
     return sorted(out, key=lambda p: (p["host"] != "all", p["host"], p["variable"]))
 
@@ -438,8 +448,9 @@ def controller_problems(host, view, nodes):
     return out
 
 
-def _check_routes(out, server, view, nodes, profiles):
+def _check_routes(out, server, view, nodes, profiles, expected_pairs=None):
     mode = view.get("pairserve_serving_mode")
+    expected_pairs = expected_pairs or {}
     route = view.get("pairserve_route_name")
     if not isinstance(route, str) or not NAME.match(route):
         out.add(server, "pairserve_route_name", "%r: use lower-case letters, digits and dashes" % (route,))
@@ -451,8 +462,17 @@ def _check_routes(out, server, view, nodes, profiles):
                     "run different profiles (%s): use split, or one profile"
                     % ", ".join("%s: %s" % item for item in sorted(profiles.items())))
         # routes.weight_problems is the route role's rule too: a host left out gets routes.DEFAULT_HOST_WEIGHT.
-        for problem in routes.weight_problems(view.get("pairserve_route_weights"), list(nodes)):
+        weights = view.get("pairserve_route_weights")
+        for problem in routes.weight_problems(weights, list(nodes)):
             out.add(server, "pairserve_route_weights", problem)
+        # A list gives one weight per pair: the route role refuses one of another length once the pairs are found;
+        # a host whose pair count the inventory states (the hardware-swap guard) is checked now.
+        for host in nodes:
+            value, pairs = (weights or {}).get(host) if isinstance(weights, dict) else None, expected_pairs.get(host)
+            if isinstance(value, (list, tuple)) and value and _is_int(pairs) and len(value) != pairs:
+                out.add(server, "pairserve_route_weights", "%s: %r gives %d pair weight(s), but its "
+                        "pairserve_expected_pairs is %d: one weight per pair, pair 0 first"
+                        % (host, list(value), len(value), pairs))
     elif mode == "split" and len(set(map(str, profiles.values()))) < 2 and len(nodes) > 1:
         out.add(server, "pairserve_serving_mode", "split gives each profile its own route, but every node runs "
                 "%s: give the nodes different profiles, or use pooled" % next(iter(profiles.values())))
@@ -528,9 +548,10 @@ def _verify_targets(view, nodes, profiles):
     return {view.get("pairserve_route_name"): [naming.replica_name(model, host) for host in nodes]}
 
 
-def _check_verify_routes(out, server, view, nodes, profiles):
+def _check_verify_routes(out, server, view, nodes, profiles, expected_pairs=None):
     """pairserve_verify_routes against the GPU nodes: verify runs last, so a renamed host or a route that does not
-    exist would otherwise fail only after everything is installed. A host's further pairs are ``-p<N>``."""
+    exist would otherwise fail only after everything is installed. A host's further pairs are ``-p<N>``; a host
+    whose pair count the inventory states (pairserve_expected_pairs) must have each of its pairs' replicas listed."""
     var = "pairserve_verify_routes"
     wanted = view.get(var)
     if view.get("pairserve_serving_mode") not in SERVING_MODES or wanted is None:
@@ -540,7 +561,7 @@ def _check_verify_routes(out, server, view, nodes, profiles):
         return
     targets = _verify_targets(view, nodes, profiles)
     made = set(name for names in targets.values() for name in names)
-    covered = set()
+    covered, listed = set(), set()
     for route in wanted:
         name = route.get("name")
         if name not in targets:
@@ -557,8 +578,17 @@ def _check_verify_routes(out, server, view, nodes, profiles):
                         "host is renamed, name its replica here too" % (name, model, ", ".join(sorted(made))))
             else:
                 covered.add(base)
+                listed.add(model)
     for host in nodes:
         replica = naming.replica_name(view.get("pairserve_model_name"), host)
+        pairs = (expected_pairs or {}).get(host)
+        for pair in range(1, pairs if _is_int(pairs) else 0):
+            further = naming.replica_name(view.get("pairserve_model_name"), host, pair)
+            if replica in covered and further not in listed:
+                out.add(server, var, "%s (the replica of %s's pair %d; its pairserve_expected_pairs is %d) is in no "
+                        "route verify checks: add it to the models of %s" % (
+                            further, host, pair, pairs,
+                            next((r["name"] for r in wanted if replica in (r.get("models") or [])), "its route")))
         if replica not in covered:
             out.add(server, var, "%s (the replica of %s) is in no route verify checks: add it to the models of %s"
                     % (replica, host, next((r for r, names in targets.items() if replica in names), "its route")))

@@ -40,3 +40,20 @@ def host_of(name, model_name, hosts):
 def base_name(name):
     """The host's replica name on its first pair: ``name`` without its ``-p<N>``."""
     return re.sub(r"-p[0-9]+$", "", str(name))
+
+
+def pair_of(name, model_name, host):
+    """The pair index of ``host``'s replica ``name`` (0 for ``<model>-<host>``, N for ``-p<N>``); None when ``name``
+    is not one of ``host``'s."""
+    if not owned_by(name, model_name, host):
+        return None
+    rest = str(name)[len("%s-%s" % (model_name, host)):]
+    return int(rest[2:]) if rest else 0
+
+
+def conflicts(model_name, host, other_model_name, other_host):
+    """Whether a replica name of ``host`` could also be one of ``other_host``'s (the same base name, or one base
+    name the other's followed by -p<N>: hosts node-b and node-b-p1 with one model name), so that its replicas, its
+    route targets and its maintenance could be taken for the other's."""
+    mine, theirs = replica_name(model_name, host), replica_name(other_model_name, other_host)
+    return owned_by(theirs, model_name, host) or owned_by(mine, other_model_name, other_host)

@@ -6,7 +6,9 @@
   every positive figure keeping at least 1 (a weight of 0 takes a target out of GPUStack's split). The bench's
   measured weights and the split of one host's share over its replicas both use it.
 - ``wanted_routes``: the routes of a serving mode from the replicas the nodes registered (pooled: one route
-  weighted by ``pairserve_route_weights`` per host; split: one route per profile, equal weights).
+  weighted by ``pairserve_route_weights`` per host; split: one route per profile, equal weights). A host's weight
+  is one number, split evenly over its replicas, or a list of numbers, one per pair (pair 0 first), for a host
+  whose pairs serve at different speeds (``host_split``; the bench writes a list when they measured differently).
 - ``drain_plan``: what a maintenance sets while one node is worked on, and what it sets back. GPUStack 2.3.0
   refuses a route whose targets mix positive and 0 weights (HTTP 422); 2.2.3 accepted it. A weight-0
   *fallback* target is accepted by both and gets no share of the split, so a node with one replica in a route
@@ -139,12 +141,35 @@ def split_share(share, names):
     return proportional(dict((n, 1) for n in names), total=int(share))
 
 
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def host_split(weights, host, replicas, default=DEFAULT_HOST_WEIGHT):
+    """{replica name: weight} of ``host``'s replicas from ``pairserve_route_weights`` (``weights``, by host).
+
+    replicas: [(name, pair index)] of the host. A number is split evenly over them (``split_share``); a list gives
+    each pair its own weight, pair 0 first, and must have one weight per replica (ValueError naming the host and the
+    variable otherwise: the host has another number of pairs than the list was written for)."""
+    value = (weights or {}).get(host, default)
+    names = [name for name, _pair in sorted(replicas, key=lambda item: int(item[1] or 0))]
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(names):
+            raise ValueError("pairserve_route_weights: %s has %d pair weight(s) %s but %d pair(s) now (%s): give one "
+                             "weight per pair, pair 0 first, or one number the route splits evenly"
+                             % (host, len(value), list(value), len(names), ", ".join(names) or "none"))
+        return dict((name, int(weight)) for name, weight in zip(names, value))
+    return split_share(int(value), names)
+
+
 def weight_problems(weights, hosts):
     """What is wrong with ``pairserve_route_weights`` (``weights``, by host) for a pooled route over ``hosts``.
 
-    The one rule of the inventory check and the route role: a dict of whole numbers >= 0 keyed by hosts of
-    ``hosts``; a host left out gets ``DEFAULT_HOST_WEIGHT`` (so ``{}``, the route role's default, splits evenly);
-    at least one host above 0. Returns a list of sentences, empty when the weights are fine."""
+    The one rule of the inventory check and the route role: a dict keyed by hosts of ``hosts`` whose values are
+    whole numbers >= 0 (split evenly over the host's replicas) or non-empty lists of them (one per pair, pair 0
+    first); a host left out gets ``DEFAULT_HOST_WEIGHT`` (so ``{}``, the route role's default, splits evenly); at
+    least one weight above 0. Whether a list has one weight per pair is known once the pairs are (``host_split``).
+    Returns a list of sentences, empty when the weights are fine."""
     if weights is None:
         weights = {}
     if not isinstance(weights, dict):
@@ -153,18 +178,24 @@ def weight_problems(weights, hosts):
     for host, weight in sorted(weights.items(), key=lambda item: str(item[0])):
         if host not in hosts:
             out.append("%s is not a host of gpu_nodes (%s)" % (host, ", ".join(hosts)))
-        if not isinstance(weight, int) or isinstance(weight, bool) or weight < 0:
-            out.append("%s: %r is not a whole number >= 0" % (host, weight))
+        if isinstance(weight, (list, tuple)):
+            if not weight or not all(_whole(w) for w in weight):
+                out.append("%s: %r is not a list of whole numbers >= 0, one per pair (pair 0 first)" % (host, weight))
+        elif not _whole(weight):
+            out.append("%s: %r is not a whole number >= 0 (or a list of them, one per pair)" % (host, weight))
     effective = [weights.get(h, DEFAULT_HOST_WEIGHT) for h in hosts]
-    if hosts and not [w for w in effective if isinstance(w, int) and not isinstance(w, bool) and w > 0]:
+    if hosts and not [w for w in effective
+                      if (_whole(w) and w > 0) or (isinstance(w, (list, tuple)) and any(_whole(x) and x > 0 for x in w))]:
         out.append("no weight above 0 for %s (a host left out gets %d): the route would send nothing"
                    % (", ".join(hosts), DEFAULT_HOST_WEIGHT))
     return out
 
 
 def host_share(weights, host, default=DEFAULT_HOST_WEIGHT):
-    """The pooled share of ``host`` from ``pairserve_route_weights`` (hosts not named get ``default``)."""
-    return int((weights or {}).get(host, default))
+    """The pooled share of ``host`` from ``pairserve_route_weights`` (hosts not named get ``default``; a list of pair
+    weights counts as its sum)."""
+    value = (weights or {}).get(host, default)
+    return sum(int(w) for w in value) if isinstance(value, (list, tuple)) else int(value)
 
 
 def replica_host(name, model_name, hosts):
@@ -187,10 +218,10 @@ def static_weights_by_replica(replicas, weights, model_name, hosts):
             raise ValueError("replica %s: no inventory host is named by it (%s-<host> for a host of %s); give its "
                              "host, e.g. {name: %s, host: node-b}"
                              % (replica["name"], model_name, ", ".join(hosts) or "no host", replica["name"]))
-        by_host.setdefault(host, []).append(replica["name"])
+        by_host.setdefault(host, []).append((replica["name"], replica_names.pair_of(replica["name"], model_name, host)))
     out = {}
-    for host, names in by_host.items():
-        out.update(split_share(host_share(weights, host), names))
+    for host, named in by_host.items():
+        out.update(host_split(weights, host, named))
     return dict((r["name"], out[r["name"]]) for r in replicas)
 
 
@@ -202,7 +233,7 @@ def wanted_routes(mode, replicas_by_host, weights, route_name, split_routes=None
     if mode == "pooled":
         targets = []
         for host, replicas in replicas_by_host.items():
-            shares = split_share(host_share(weights, host), [r["name"] for r in replicas])
+            shares = host_split(weights, host, [(r["name"], r.get("pair") or 0) for r in replicas])
             targets.extend({"model": r["name"], "weight": shares[r["name"]]} for r in replicas)
         return [{"name": route_name, "targets": targets}]
     if mode != "split":
@@ -228,7 +259,8 @@ def drain_plan(routes, mine, new_names, share_when_zero):
     routes: [{name, targets: [{model, weight, fallback_status_codes}]}] as the server has them.
     mine: the node's model names now; new_names: its model names after the change.
     share_when_zero: {route name: share} restored when the node's targets already sum to 0 (an earlier run
-    stopped while drained); routes not named get ``SPLIT_WEIGHT``.
+    stopped while drained); routes not named get ``SPLIT_WEIGHT``. A share may be a list of pair weights (the host's
+    ``pairserve_route_weights``), given to new_names in order when it has one per name.
     Returns [{name, drain, restore, drainable, fallback, drain_fallback, models}]: the targets while drained (the
     others as they are, this node's at 0 unless drained as the fallback), the targets to restore (the others as
     they are, the node's share split over new_names), whether the others carry the route meanwhile, the user's
@@ -240,8 +272,9 @@ def drain_plan(routes, mine, new_names, share_when_zero):
         own = [t for t in targets if t["model"] in mine]
         others = [t for t in targets if t["model"] not in mine]
         share = sum(int(t.get("weight") or 0) for t in own)
+        before = dict((t["model"], int(t.get("weight") or 0)) for t in own)
         if share == 0:
-            share = int((share_when_zero or {}).get(route["name"], SPLIT_WEIGHT))
+            share = (share_when_zero or {}).get(route["name"], SPLIT_WEIGHT)
         # A fallback of this node's own is a drain an earlier run left behind: not the user's fallback.
         users_fallback = [t for t in others if t.get("fallback_status_codes")]
         kept = ({"model": users_fallback[0]["model"], "status_codes": users_fallback[0]["fallback_status_codes"]}
@@ -253,7 +286,14 @@ def drain_plan(routes, mine, new_names, share_when_zero):
         drain_fallback = kept
         if parked and not users_fallback:
             drain_fallback = {"model": parked[0]["model"], "status_codes": parked[0]["fallback_status_codes"]}
-        shares = split_share(share, new_names)
+        if share and sorted(before) == sorted(new_names) and sum(before.values()) > 0:
+            # The same replicas come back: each at its own weight (a host's pairs may weigh differently).
+            shares = before
+        elif isinstance(share, (list, tuple)):
+            shares = (dict(zip(new_names, (int(w) for w in share))) if len(share) == len(new_names)
+                      else split_share(sum(int(w) for w in share), new_names))
+        else:
+            shares = split_share(int(share), new_names)
         restore = ([{"model": t["model"], "weight": t["weight"]} for t in others]
                    + [{"model": n, "weight": shares[n]} for n in new_names])
         plan.append({

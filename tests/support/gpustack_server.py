@@ -7,6 +7,8 @@ Use from a conftest:
 
 The fixture yields a `GpuStackServer` (api_url, admin credentials, an API key, cluster id/name,
 worker name, the paths of every log) and stops everything it started, by PID, at session end.
+`start_workers({name: recording})` adds GPU nodes to it for a module: workers that detect the GPUs of recorded
+NVML hosts (tests/integration/gpustack/test_grown_site.py), stopped with `stop_workers`.
 
 What runs, and why this way:
 - The venv `.cache/gpustack/venv-<version>` is built once (stamp) from the offline wheelhouse of
@@ -174,6 +176,23 @@ def _stop(proc: subprocess.Popen | None, grace: float = 20) -> None:
         proc.wait(10)
 
 
+def _stop_all(procs, grace: float = 20) -> None:
+    """_stop for several processes at once: SIGTERM to every group first, so their shutdowns overlap."""
+    running = [p for p in procs if p is not None and p.poll() is None]
+    for proc in running:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    for proc in running:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
 @dataclass
 class Postgres:
     root: Path
@@ -253,6 +272,7 @@ class GpuStackServer:
     _server_cmd: list = None
     _worker: subprocess.Popen = None
     worker_uuid_file: Path = None
+    _extra_workers: list = field(default_factory=list)
 
     @property
     def auth_args(self) -> dict:
@@ -356,6 +376,45 @@ class GpuStackServer:
         return {"PYTHONPATH": str(replay), "PAIRSERVE_NVML_REPLAY": str(self.nvml_recording),
                 "GPUSTACK_RUNTIME_DETECT_NO_PCI_CHECK": "1"}
 
+    def start_workers(self, recordings: dict, timeout: float = 240) -> dict:
+        """More GPU nodes for this server: one GPUStack worker per {worker name: recorded NVML host}, each detecting
+        its GPUs over the NVML replay (as the lab's workers do), started side by side. Returns {name: RecordedWorker}
+        once every one is ready with all its GPUs; ``stop_workers`` (or ``stop``) stops them by PID and removes
+        their records."""
+        gpustack = str(ensure_venv(self.version) / "bin" / "gpustack")
+        started = time.monotonic()
+        out = {}
+        for name, recording in recordings.items():
+            worker = RecordedWorker(name=name, root=self.root / ("worker-" + name), nvml_recording=Path(recording))
+            worker.launch(gpustack, self.api_url, self._token)
+            self._extra_workers.append(worker)
+            out[name] = worker
+        while time.monotonic() - started < timeout:
+            ready = {w["name"]: w for w in self.items("/v2/workers") if w["name"] in out and w["state"] == "ready"}
+            gpus = [g["worker_name"] for g in self.items("/v2/gpu-devices")]
+            waiting = [n for n, w in out.items() if n not in ready or gpus.count(n) != w.gpu_count]
+            if not waiting:
+                self.timings["extra_workers_ready_s"] = round(time.monotonic() - started, 1)
+                _log(f"workers {', '.join(out)} ready in {self.timings['extra_workers_ready_s']} s")
+                return out
+            for name in waiting:
+                if out[name].proc.poll() is not None:
+                    raise RuntimeError(f"worker {name} exited with {out[name].proc.returncode}:\n{_tail(out[name].log)}")
+            time.sleep(1)
+        raise RuntimeError(f"workers {waiting} not ready after {timeout} s:\n"
+                           + "\n".join(_tail(out[n].log) for n in waiting))
+
+    def stop_workers(self, workers) -> None:
+        """Stop the workers ``start_workers`` gave (by PID) and remove their records (and so their GPUs)."""
+        names = [w.name for w in workers]
+        _stop_all([w.proc for w in workers])
+        for worker in workers:
+            if worker in self._extra_workers:
+                self._extra_workers.remove(worker)
+        for record in self.items("/v2/workers"):
+            if record["name"] in names:
+                self.api("DELETE", f"/v2/workers/{record['id']}")
+
     def _launch_server(self, log_mode: str) -> None:
         with open(self.server_log, log_mode) as log:
             self._server = subprocess.Popen(self._server_cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -427,10 +486,51 @@ class GpuStackServer:
                            f"{_tail(self.worker_log)}")
 
     def stop(self) -> None:
+        _stop_all([w.proc for w in self._extra_workers])
         _stop(self._worker)
         _stop(self._server)
         if self._postgres:
             self._postgres.stop()
+
+
+@dataclass
+class RecordedWorker:
+    """A further GPU node of the tier's server (GpuStackServer.start_workers): a GPUStack worker detecting the GPUs
+    of a recorded NVML host through gpustack-runtime over the replay, with the collection's GPU numbering rule
+    (GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY=0: the NVML index, the one gpu_pairs pins by)."""
+
+    name: str
+    root: Path
+    nvml_recording: Path
+    port: int = 0
+    gpu_count: int = 0
+    proc: subprocess.Popen = None
+    log: Path = None
+
+    def launch(self, gpustack: str, server_url: str, token: str) -> None:
+        (self.root / "data").mkdir(parents=True)
+        # No DMI product UUID in containers/CI: a worker identity of its own, as the tier's first worker has.
+        (self.root / "data" / "worker_uuid").write_text(
+            "00000000-0000-4000-8000-%012d\n" % (int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % 10 ** 12))
+        replay = self.root / "nvml"
+        replay.mkdir()
+        shutil.copy(REPO / "scripts" / "lib" / "nvml_sitecustomize.py", replay / "sitecustomize.py")
+        shutil.copy(REPO / "plugins" / "module_utils" / "nvml_replay.py", replay / "nvml_replay.py")
+        self.gpu_count = len(json.loads(self.nvml_recording.read_text())["devices"])
+        self.port = free_port()
+        config = {"server_url": server_url, "token": token, "worker_name": self.name,
+                  "data_dir": str(self.root / "data"), "log_dir": str(self.root / "log"), "worker_ip": "127.0.0.1",
+                  "worker_port": self.port, "worker_metrics_port": free_port(), "disable_worker_metrics": True,
+                  "proxy_port": free_port(), "resources": fake_resources(0, gpus=False)}
+        (self.root / "config.yaml").write_text(json.dumps(config, indent=1))
+        self.log = self.root / "worker.log"
+        env = {"GPUSTACK_RUNTIME_DEPLOY": "Podman", "PYTHONPATH": str(replay),
+               "PAIRSERVE_NVML_REPLAY": str(self.nvml_recording), "GPUSTACK_RUNTIME_DETECT_NO_PCI_CHECK": "1",
+               "GPUSTACK_RUNTIME_DETECT_PHYSICAL_INDEX_PRIORITY": "0"}
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([gpustack, "start", "--config-file", str(self.root / "config.yaml")],
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True,
+                                         env=_clean_env(env))
 
 
 def fake_resources(gpu_count: int = 2, gpus: bool = True) -> dict:

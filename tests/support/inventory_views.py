@@ -1,5 +1,6 @@
 """A sound two-node inventory as the validation play's views ({host: {variable: value}}), for tests of single rules:
-change one variable, and every problem reported is that change's (inventory_check.problems)."""
+change one variable, and every problem reported is that change's (inventory_check.problems). GROWN_GROUPS and
+grown_views: the same site grown to three GPU nodes, node-c holding two pairs (docs/how-to/grow-the-site.md)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,22 @@ GOOD_VIEW = {
 def views(**per_host):
     """Each host's view: the sound one, updated with per_host[host] (host names with _ for -: node_b={...})."""
     out = {h: copy.deepcopy(GOOD_VIEW) for h in GROUPS["gpu_nodes"]}
+    for host, changes in per_host.items():
+        out[host.replace("_", "-")].update(changes)
+    return out
+
+
+# The grown site: node-c joins with two pairs (pairserve_expected_pairs: 2), weighed per pair.
+GROWN_GROUPS = {"gpustack_server": ["node-a"], "gpu_nodes": ["node-a", "node-b", "node-c"]}
+GROWN_WEIGHTS = {"node-a": 25, "node-b": 19, "node-c": [24, 32]}
+
+
+def grown_views(**per_host):
+    """The three-node views: every host's the sound one with GROWN_WEIGHTS, node-c with pairserve_expected_pairs: 2,
+    then per_host's changes as views() takes them."""
+    out = {h: dict(copy.deepcopy(GOOD_VIEW), pairserve_route_weights=copy.deepcopy(GROWN_WEIGHTS))
+           for h in GROWN_GROUPS["gpu_nodes"]}
+    out["node-c"]["pairserve_expected_pairs"] = 2
     for host, changes in per_host.items():
         out[host.replace("_", "-")].update(changes)
     return out

@@ -139,6 +139,54 @@ def test_a_route_left_drained_gets_the_inventory_share_back():
     assert split[0]["restore"] == [{"model": "b", "weight": 100}] and split[0]["drainable"] is False
 
 
+def test_a_host_of_two_pairs_of_other_cards_weighs_each_pair_by_its_list():
+    """pairserve_route_weights: node-c: [24, 32] gives pair 0 and pair 1 each its weight (the bench writes it when
+    the pairs measured differently); one number still splits evenly; a list of another length names host and
+    variable."""
+    grown = {"node-a": [{"name": "q-node-a", "pair": 0, "profile": "m"}],
+             "node-c": [{"name": "q-node-c-p1", "pair": 1, "profile": "m"}, {"name": "q-node-c", "pair": 0, "profile": "m"}]}
+    got = routes.wanted_routes("pooled", grown, {"node-a": 25, "node-c": [24, 32]}, "q")[0]["targets"]
+    assert dict((t["model"], t["weight"]) for t in got) == {"q-node-a": 25, "q-node-c": 24, "q-node-c-p1": 32}
+    even = routes.wanted_routes("pooled", grown, {"node-a": 25, "node-c": 56}, "q")[0]["targets"]
+    assert dict((t["model"], t["weight"]) for t in even) == {"q-node-a": 25, "q-node-c": 28, "q-node-c-p1": 28}
+    with pytest.raises(ValueError, match=r"pairserve_route_weights: node-c has 3 pair weight\(s\) \[1, 2, 3\] but 2 "
+                                         r"pair\(s\) now \(q-node-c, q-node-c-p1\)"):
+        routes.wanted_routes("pooled", grown, {"node-c": [1, 2, 3]}, "q")
+    assert routes.host_share({"node-c": [24, 32]}, "node-c") == 56
+    # The controller's static split is the route role's.
+    assert routes.static_weights_by_replica([{"name": "q-node-c-p1"}, {"name": "q-node-c"}, {"name": "q-node-a"}],
+                                            {"node-a": 25, "node-c": [24, 32]}, "q", ["node-a", "node-c"]) == {
+        "q-node-c-p1": 32, "q-node-c": 24, "q-node-a": 25}
+
+
+@pytest.mark.parametrize("weights, problem", [
+    ({"node-c": [24, 32]}, None),
+    ({"node-c": []}, "node-c: [] is not a list of whole numbers >= 0, one per pair (pair 0 first)"),
+    ({"node-c": [24, -1]}, "node-c: [24, -1] is not a list of whole numbers >= 0, one per pair (pair 0 first)"),
+    ({"node-c": [0, 0], "node-a": 0, "node-b": 0}, "no weight above 0 for node-a, node-b, node-c"),
+    ({"node-c": "24,32"}, "node-c: '24,32' is not a whole number >= 0 (or a list of them, one per pair)"),
+])
+def test_the_weight_rule_takes_a_list_per_pair(weights, problem):
+    got = routes.weight_problems(weights, ["node-a", "node-b", "node-c"])
+    assert (got == []) if problem is None else any(g.startswith(problem) for g in got), got
+
+
+def test_a_maintenance_gives_each_pair_its_own_weight_back():
+    """A host whose pairs weigh differently gets each back at its weight, not the even split of their sum; a host
+    left drained gets the inventory's list, pair by pair."""
+    plan = routes.drain_plan([route(("a", 25, None), ("c", 24, None), ("c-p1", 32, None))], ["c", "c-p1"],
+                             ["c", "c-p1"], {"qwen": [24, 32]})
+    assert plan[0]["restore"] == [{"model": "a", "weight": 25}, {"model": "c", "weight": 24},
+                                  {"model": "c-p1", "weight": 32}]
+    left = routes.drain_plan([route(("a", 25, None), ("c", 0, None), ("c-p1", 0, None))], ["c", "c-p1"],
+                             ["c", "c-p1"], {"qwen": [24, 32]})
+    assert left[0]["restore"] == plan[0]["restore"]
+    # The host has another number of pairs than its list now: their sum, split evenly.
+    grown = routes.drain_plan([route(("a", 25, None), ("c", 0, None))], ["c"], ["c", "c-p1", "c-p2"], {"qwen": [24, 32]})
+    assert grown[0]["restore"][1:] == [{"model": "c", "weight": 19}, {"model": "c-p1", "weight": 19},
+                                       {"model": "c-p2", "weight": 18}]
+
+
 def test_the_filters_run_in_a_play(tmp_path):
     facts = run_local_play(tmp_path, "Route filters", [
         {"name": "Wanted", "ansible.builtin.set_fact": {

@@ -105,11 +105,26 @@ def test_weights_that_cannot_be_per_host_are_reported_not_pasted():
     assert kept["yaml"] == "" and "cannot be written as per-host weights: replica(s) fast, slow" in kept["lines"][1]
 
 
-def test_replicas_of_one_host_that_measured_differently_are_noted():
-    plan = bw.keep_plan({"qwen-node-a": 40, "qwen-node-a-p1": 21, "qwen-node-b": 39}, HOSTS, "qwen", "", {}, "qwen")
+def test_pairs_of_one_host_that_measured_differently_are_kept_per_pair():
+    """A host whose two pairs are other cards: the inventory keeps a list, one weight per pair (pair 0 first), and the
+    route role gives each replica its own weight back (routes.wanted_routes), not the even split of their sum."""
+    measured = {"qwen-node-a-p1": 21, "qwen-node-a": 40, "qwen-node-b": 39}
+    plan = bw.keep_plan(measured, HOSTS, "qwen", "", {}, "qwen")
+    assert plan["host_weights"] == {"node-a": [40, 21], "node-b": 39} and plan["uneven"] == []
+    assert plan["yaml"] == "pairserve_route_weights:\n  node-a: [40, 21]\n  node-b: 39\n"
+    replicas = {"node-a": [{"name": "qwen-node-a", "pair": 0, "profile": "m"},
+                           {"name": "qwen-node-a-p1", "pair": 1, "profile": "m"}],
+                "node-b": [{"name": "qwen-node-b", "pair": 0, "profile": "m"}]}
+    route = routes.wanted_routes("pooled", replicas, plan["host_weights"], "qwen")[0]
+    assert dict((t["model"], t["weight"]) for t in route["targets"]) == measured
+    even = bw.keep_plan({"qwen-node-a": 31, "qwen-node-a-p1": 30, "qwen-node-b": 39}, HOSTS, "qwen", "", {}, "qwen")
+    assert even["uneven"] == [] and even["host_weights"] == {"node-a": 61, "node-b": 39}
+
+
+def test_pairs_measured_with_a_gap_are_summed_and_noted():
+    plan = bw.keep_plan({"qwen-node-a": 40, "qwen-node-a-p2": 21, "qwen-node-b": 39}, HOSTS, "qwen", "", {}, "qwen")
     assert plan["host_weights"] == {"node-a": 61, "node-b": 39}
     assert bw.kept(plan, True)["lines"][-1] == (
-        "Note: node-a's replicas measured qwen-node-a 40, qwen-node-a-p1 21, but the inventory keeps one weight per "
-        "host: the route role splits its 61 evenly (qwen-node-a 31, qwen-node-a-p1 30).")
-    even = bw.keep_plan({"qwen-node-a": 31, "qwen-node-a-p1": 30, "qwen-node-b": 39}, HOSTS, "qwen", "", {}, "qwen")
-    assert even["uneven"] == []
+        "Note: node-a's replicas measured qwen-node-a 40, qwen-node-a-p2 21, but not every pair of it from pair 0 on "
+        "was measured, so the inventory keeps one weight for it: the route role splits its 61 evenly (qwen-node-a 31, "
+        "qwen-node-a-p2 30).")

@@ -64,3 +64,16 @@ def test_the_rule_is_written_nowhere_else_in_the_product():
         if suffix.search(text) or join.search(text):
             found.append(str(path.relative_to(REPO)))
     assert not found, found
+
+
+def test_the_pair_of_a_replica_name_and_names_that_two_hosts_could_share():
+    assert naming.pair_of("qwen-node-c", "qwen", "node-c") == 0
+    assert naming.pair_of("qwen-node-c-p1", "qwen", "node-c") == 1
+    assert naming.pair_of("qwen-node-c-p12", "qwen", "node-c") == 12
+    assert naming.pair_of("qwen-node-cc", "qwen", "node-c") is None
+    # node-b-p1's first replica is node-b's second one; node-b and node-bb share nothing
+    assert naming.conflicts("qwen", "node-b", "qwen", "node-b-p1") and naming.conflicts("qwen", "node-b-p1", "qwen", "node-b")
+    assert not naming.conflicts("qwen", "node-b", "qwen", "node-bb")
+    # other model names can meet too: qwen-x with host b and qwen with host x-b
+    assert naming.conflicts("qwen-x", "b", "qwen", "x-b")
+    assert not naming.conflicts("qwen", "node-b", "other", "node-b")
