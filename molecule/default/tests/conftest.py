@@ -10,8 +10,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[3]), str(Path(__file__).res
 
 # An outsider: a network namespace of its own, joined to the lab host by a veth pair and routed to the nodes'
 # addresses as any machine on the LAN is.
+# Its second address is a scrape source of node-a's table (inventory/lab/host_vars/node-a.yml).
 NS, HOST_END, NS_END = "pairserve-lab-outsider", "psl-out-h", "psl-out-n"
-HOST_ADDR, NS_ADDR = "10.214.0.1", "10.214.0.2"
+HOST_ADDR, NS_ADDR, SCRAPE_ADDR = "10.214.0.1", "10.214.0.2", "10.214.0.3"
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -27,9 +28,10 @@ def outsider():
     try:
         _run("ip", "link", "add", HOST_END, "type", "veth", "peer", "name", NS_END)
         _run("ip", "link", "set", NS_END, "netns", NS)
-        _run("ip", "addr", "add", HOST_ADDR + "/30", "dev", HOST_END)
+        _run("ip", "addr", "add", HOST_ADDR + "/29", "dev", HOST_END)
         _run("ip", "link", "set", HOST_END, "up")
-        for cmd in (("ip", "addr", "add", NS_ADDR + "/30", "dev", NS_END), ("ip", "link", "set", NS_END, "up"),
+        for cmd in (("ip", "addr", "add", NS_ADDR + "/29", "dev", NS_END),
+                    ("ip", "addr", "add", SCRAPE_ADDR + "/29", "dev", NS_END), ("ip", "link", "set", NS_END, "up"),
                     ("ip", "link", "set", "lo", "up"), ("ip", "route", "add", "default", "via", HOST_ADDR)):
             _run("ip", "netns", "exec", NS, *cmd)
         yield NS

@@ -1,11 +1,12 @@
-"""Only the route reaches the replicas: an outsider in a network namespace of its own (joined to the lab host by a
-veth pair, routed to the nodes' addresses as any machine on the LAN is) is refused at every replica port, worker
-API and worker metrics port of both nodes, and is served through the route with a key; the host itself (the
-GPUStack server's node, the controller) still reaches the replicas directly.
+"""Deny by default: an outsider in a network namespace of its own (joined to the lab host by a veth pair, routed to
+the nodes' addresses as any machine on the LAN is) is refused at every port a process of the nodes listens on but
+SSH and the HTTPS front, and is served through the route with a key; its second address, a scrape source, reaches
+the metrics ports as well; the host itself (the GPUStack server's node, the controller) still reaches the replicas.
 
-Each refusal is counted by the node's own table (its guarded chain's counter grows by at least one packet per
-refused port), so a port nobody listens on cannot pass for a refused one: every port probed is first shown to
-answer from the host.
+Each refusal is counted by node-a's table, which judges the outsider's veth (the lab's nodes share one network
+namespace, so one table judges the LAN: inventory/lab/group_vars/all/control_plane.yml): its refused chain's
+counter grows by at least one packet per refused port, so a port nobody listens on cannot pass for a refused one,
+and every port probed is first shown to answer from the host.
 """
 
 from __future__ import annotations
@@ -17,16 +18,22 @@ import sys
 
 import pytest
 
+from conftest import SCRAPE_ADDR
 from lab.api import ENGINES, LAB_CA, REPO, ROUTE, engine_containers, inspect, items, read_keys
 
-# GPUStack's plain port, the HTTPS front's port, and node-a's table that keeps the plain one for the node itself.
-API_PORT, TLS_PORT, SERVER_TABLE = 30080, 30443, "pairserve_server"
-NODES = {"node-a": {"table": "pairserve_node_a", "worker": 10150, "metrics": 10151},
-         "node-b": {"table": "pairserve_node_b", "worker": 10170, "metrics": 10171}}
+# GPUStack's plain port, the HTTPS front's port, and the table that judges the outsider's LAN (node-a's).
+API_PORT, TLS_PORT, LAN_TABLE = 30080, 30443, "pairserve_node_a"
+NODES = {"node-a": {"table": "pairserve_node_a", "worker": 10150, "metrics": 10151, "ssh": 2222,
+                    "interface": "psl-out-h"},
+         "node-b": {"table": "pairserve_node_b", "worker": 10170, "metrics": 10171, "ssh": 2223,
+                    "interface": "psl-lan-node-b"}}
+SERVER_METRICS_PORT = 10161
 
 PROBE = """
 import socket, sys
 s = socket.socket(); s.settimeout(5)
+if len(sys.argv) > 3:
+    s.bind((sys.argv[3], 0))
 try:
     s.connect((sys.argv[1], int(sys.argv[2]))); print("open")
 except ConnectionRefusedError:
@@ -51,15 +58,15 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(list(cmd), check=check, capture_output=True, text=True, timeout=180)
 
 
-def _probe(address: str, port: int, namespace: str | None = None) -> str:
-    cmd = [sys.executable, "-c", PROBE, address, str(port)]
+def _probe(address: str, port: int, namespace: str | None = None, source: str | None = None) -> str:
+    cmd = [sys.executable, "-c", PROBE, address, str(port)] + ([source] if source else [])
     if namespace:
         cmd = ["ip", "netns", "exec", namespace] + cmd
     return _run(*cmd).stdout.strip()
 
 
-def _refused_packets(table: str) -> int:
-    chain = _run("nft", "list", "chain", "inet", table, "guarded").stdout
+def _refused_packets(table: str = LAN_TABLE) -> int:
+    chain = _run("nft", "list", "chain", "inet", table, "refused").stdout
     match = re.search(r"counter packets (\d+) bytes \d+ reject with tcp reset", chain)
     assert match, chain
     return int(match.group(1))
@@ -83,12 +90,9 @@ def _replica_ports(keys) -> dict:
 def test_each_node_has_its_table_loaded_by_its_unit():
     for node, ports in NODES.items():
         listing = _run("nft", "list", "table", "inet", ports["table"]).stdout
-        assert "jump guarded" in listing and "reject with tcp reset" in listing, listing
-        # nft shows the guarded ports merged into ranges (10150, 10151 -> 10150-10151).
-        elements = re.search(r"tcp dport \{ ([^}]*) \} jump guarded", listing).group(1).split(", ")
-        spans = [tuple(int(p) for p in (e.split("-") * 2)[:2]) for e in elements]
-        for port in (ports["worker"], ports["metrics"]):
-            assert any(lo <= port <= hi for lo, hi in spans), (node, port, elements)
+        # deny by default on the interface the node's table judges: the last word of its input chain is refusal
+        assert f'iifname != "{ports["interface"]}" accept' in listing, listing
+        assert re.search(r"jump refused\s*\}", listing) and "reject with tcp reset" in listing, listing
         state = _run("podman", "exec", f"pairserve-lab-{node}", "systemctl", "is-active", "pairserve-firewall",
                      check=False).stdout.strip()
         assert state == "active", (node, state)
@@ -97,12 +101,11 @@ def test_each_node_has_its_table_loaded_by_its_unit():
 @pytest.mark.parametrize("node", sorted(NODES))
 def test_an_outsider_is_refused_at_the_replica_and_the_worker_ports(keys, outsider, node):
     address, replica_port = _replica_ports(keys)[node]
-    table = NODES[node]["table"]
     for port in (replica_port, NODES[node]["worker"], NODES[node]["metrics"]):
         assert _probe(address, port) == "open", f"{node}: nothing answers {address}:{port} from the host itself"
-        before = _refused_packets(table)
+        before = _refused_packets()
         assert _probe(address, port, outsider) == "refused", f"{node}: the outsider reached {address}:{port}"
-        assert _refused_packets(table) > before, f"{node}: {address}:{port} refused, but not by {table}"
+        assert _refused_packets() > before, f"{node}: {address}:{port} refused, but not by {LAN_TABLE}"
 
 
 def test_the_outsider_is_served_through_the_route_with_a_key(keys, outsider):
@@ -124,16 +127,10 @@ def test_the_outsider_is_refused_at_the_plain_api_port(keys, outsider):
     to the node (the HTTPS front, the controller service, the day-2 plays on 127.0.0.1)."""
     address = _replica_ports(keys)["node-a"][0]
     assert _probe(address, API_PORT) == "open", "GPUStack's plain port does not answer the node itself"
-    before = _server_refusals()
-    assert _probe(address, API_PORT, outsider) == "refused", f"the outsider reached {address}:{API_PORT} in plain HTTP"
-    assert _server_refusals() > before, f"{address}:{API_PORT} refused, but not by table {SERVER_TABLE}"
-
-
-def _server_refusals() -> int:
-    chain = _run("nft", "list", "chain", "inet", SERVER_TABLE, "input").stdout
-    match = re.search(r"counter packets (\d+) bytes \d+ reject with tcp reset", chain)
-    assert match, chain
-    return int(match.group(1))
+    before = _refused_packets()
+    for source in (None, SCRAPE_ADDR):
+        assert _probe(address, API_PORT, outsider, source) == "refused", f"{source} reached {address}:{API_PORT}"
+    assert _refused_packets() > before, f"{address}:{API_PORT} refused, but not by table {LAN_TABLE}"
 
 
 # --- docs/network.md against what a LAN machine sees ------------------------------------------------------------
@@ -181,7 +178,7 @@ def _row(port: int, owner: str, replica_ports: set) -> str | None:
     """The row of network.md's table that documents a listener of the lab's nodes, by its port and owner."""
     if owner == "node-a":
         return {TLS_PORT: "`pairserve_gpustack_tls_port`", API_PORT: "`pairserve_gpustack_api_port`",
-                10161: "the server's metrics port", 30079: "GPUStack's proxy port",
+                SERVER_METRICS_PORT: "the server's metrics port", 30079: "GPUStack's proxy port",
                 10180: "`pairserve_controller_metrics_port`", 5432: "`pairserve_gpustack_db_port`"}.get(port) or (
             _row(port, "node", replica_ports))
     if owner in NODES or owner == "node":
@@ -190,6 +187,8 @@ def _row(port: int, owner: str, replica_ports: set) -> str | None:
                 return "`pairserve_gpustack_worker_port`"
             if port == node["metrics"]:
                 return "`pairserve_gpustack_worker_metrics_port`"
+            if port == node["ssh"]:
+                return "SSH"
         return None
     if owner.startswith("replica "):
         return ("`pairserve_gpustack_worker_service_port_range`" if port in replica_ports
@@ -199,34 +198,42 @@ def _row(port: int, owner: str, replica_ports: set) -> str | None:
 
 def test_network_md_lists_every_port_a_lan_machine_reaches(keys, outsider):
     """Every TCP port that a process of the nodes (or of a replica they started) listens on, taken from `ss`, is
-    probed from the outsider; each one that answers must be a row of docs/network.md's table whose last column says
-    it is not guarded ("no ..."), and each such row the lab runs must be seen answering: the page and the wire
-    agree both ways."""
+    probed from the outsider and from the scrape source: each one that answers must be a row of docs/network.md's
+    table whose last column lets that source in ("anyone ...", "scrape sources ..."), every other port must be
+    refused by the table, and each open row the lab runs must be seen answering: the page and the wire agree both
+    ways, whatever port a process opened."""
     rows = _doc_rows()
     replicas = _replica_ports(keys)
     address = replicas["node-a"][0]
     owners = _lab_owners()
-    answered, refused, undocumented = {}, [], []
+    answered, refused, undocumented, wrong = {}, [], [], []
     for bound, port, pids in _listeners():
         owner = next((o for o in (_owner(pid, owners) for pid in pids) if o), None)
         if owner is None:
             continue  # not the lab's nodes: this host's own services, the lab's stand-ins (registry, hub, engines)
         if bound.startswith("127.") or bound == "::1":
             continue  # loopback: no LAN machine reaches it
-        if _probe(address, port, outsider) != "open":
-            refused.append((port, owner))
-            continue
-        row = _row(port, owner, {p for _address, p in replicas.values()})
-        if row is None or not any(key.startswith(row) for key in rows):
-            undocumented.append((port, owner, row))
-            continue
-        guard = next(rows[key] for key in rows if key.startswith(row))
-        assert guard.startswith("no"), f"{address}:{port} ({owner}) answers a LAN machine, network.md says: {guard}"
-        answered.setdefault(row, []).append((port, owner))
+        for who, source in (("anyone", None), ("scrape sources", SCRAPE_ADDR)):
+            if _probe(address, port, outsider, source) != "open":
+                refused.append((port, owner, who))
+                continue
+            row = _row(port, owner, {p for _address, p in replicas.values()})
+            key = next((k for k in rows if row and k.startswith(row)), None)
+            if key is None:
+                undocumented.append((port, owner, row))
+                continue
+            allowed = ("anyone",) if who == "anyone" else ("anyone", "scrape sources")
+            if not rows[key].startswith(allowed):
+                wrong.append((port, owner, who, rows[key]))
+            answered.setdefault(row, set()).add(who)
     assert not undocumented, f"ports that answer a LAN machine and network.md does not list: {undocumented}"
-    # What the page says is open, seen open: the HTTPS front, the server's metrics, GPUStack's proxy port and the
-    # replicas' internal channels (until the deny-by-default table closes the last three: issue 37).
-    for row in ("`pairserve_gpustack_tls_port`", "the server's metrics port", "GPUStack's proxy port",
-                "the replicas' vLLM worker processes"):
-        assert row in answered, f"network.md says {row} answers the LAN; the outsider found it closed: {answered}"
-    assert refused, "no listener of the nodes was refused: the probe proves nothing"
+    assert not wrong, f"ports that answer a LAN machine whom network.md does not let in: {wrong}"
+    # What the page opens, seen open: SSH and the HTTPS front to anyone, the metrics ports to the scrape source.
+    for row, who in (("`pairserve_gpustack_tls_port`", "anyone"), ("SSH", "anyone"),
+                     ("the server's metrics port", "scrape sources"),
+                     ("`pairserve_gpustack_worker_metrics_port`", "scrape sources")):
+        assert who in answered.get(row, set()), f"network.md opens {row} to {who}; the lab found it closed: {answered}"
+    # ...and nothing else answers the outsider: whatever port a process opened (the replicas' internal channels,
+    # GPUStack's proxy port) is refused.
+    assert {row for row, whom in answered.items() if "anyone" in whom} == {"`pairserve_gpustack_tls_port`", "SSH"}, answered
+    assert any(owner.startswith("replica ") for _port, owner, _who in refused), refused
