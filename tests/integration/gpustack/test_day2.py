@@ -310,6 +310,8 @@ def day2(gpustack_server, tmp_path_factory):
                 "pairserve_runtime_pause_image_digest": "sha256:" + "5" * 64,
                 "pairserve_runtime_health_image": "docker.io/gpustack/runtime:health",
                 "pairserve_runtime_health_image_digest": "sha256:" + "6" * 64,
+                # The runner image's vLLM, once verified, is kept on the check host (this machine): in the test's tmp.
+                "pairserve_runner_version_cache_dir": str(tmp / "runner-image-versions"),
                 "pairserve_rebuild_provision": False,
                 "pairserve_rebuild_verify": False,
                 "pairserve_upgrade_gpustack": False,
