@@ -7,7 +7,8 @@ neighbours). The GPU nodes' play is the collection's own: gpu_pairs over each re
 (its replica play and its route play; the checkpoint download and the runner image pull are skipped by tag, their
 facts are the inventory's). The route's weights are the bench's: the replicas' throughput turned into weights by
 llm_bench's rule (module_utils/bench.py), kept per host and per pair in the inventory file the bench writes
-(module_utils/bench_weights.py, module vars_file_entry). Then playbooks/status.yml over the whole site.
+(module_utils/bench_weights.py, module vars_file_entry). Then playbooks/status.yml over the whole site, and the
+bench's preflight, which names every replica of the route as GPUStack has it.
 
 No replica can start here (no container runtime): everything is checked at GPUStack's API, where the collection
 registers it. Cost: three workers starting side by side (~30 s on 2 cores) and three playbook runs.
@@ -213,3 +214,30 @@ def test_status_shows_the_whole_site(site):
         assert any(name in p for p in status["problems"]), status["problems"]
     assert not [p for p in status["problems"] if any(w in p and "worker" in p and "not" in p for w in WORKERS.values())
                 and "instance" not in p], status["problems"]
+
+
+def test_the_bench_measures_every_replica_of_the_route_and_applies_no_partial_weights(site):
+    """The bench's replicas are the route's targets as GPUStack has them (all four, not the seed's two), and weights
+    measured for only some of them are refused before the route changes (they would replace its targets)."""
+    server = site["server"]
+    if len(pinned(server)) != 4:
+        assert serve(site).rc == 0
+    before = route_weights(server)
+    book = site["tmp"] / "bench.yml"
+    book.write_text(yaml.safe_dump([{
+        "name": "The bench's preflight, then weights measured for three of the four replicas",
+        "hosts": "gpustack_server", "gather_facts": False,
+        "vars": {"pairserve_bench_gpustack_api_url": server.api_url, "pairserve_bench_gpustack_api_key": server.api_key,
+                 "pairserve_bench_route": MODEL, "pairserve_bench_measure_route": False,
+                 "pairserve_bench_apply_weights": True},
+        "tasks": [
+            {"name": "Preflight", "ansible.builtin.include_role": {"name": "pairserve.llm.bench", "tasks_from": "preflight"}},
+            {"name": "Apply", "ansible.builtin.include_role": {"name": "pairserve.llm.bench", "tasks_from": "weights"},
+             "vars": {"_pairserve_bench_baseline": {"weights": {"grow-node-a": 30, "grow-node-b": 30, "grow-node-c": 40}}}},
+        ]}], sort_keys=False))
+    res = run_playbook(book, inventory=site["inventory"], timeout=300)
+    named = [r for r in res.results if r["_task"] == "Name the replicas behind the route"][0]["ansible_facts"]
+    assert named["pairserve_bench_replicas"] == sorted(THROUGHPUT), named
+    assert res.rc != 0 and "also sends requests to grow-node-c-p1, which this run did not measure" in res.stdout, \
+        res.stdout[-3000:]
+    assert route_weights(server) == before
