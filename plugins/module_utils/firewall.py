@@ -258,7 +258,9 @@ def node_rules(spec):
 
     ``spec`` keys: table, derived (peer sources with their origins), allowed_sources, scrape_sources, ssh_ports,
     ssh_sources (empty: anywhere), interfaces, server (bool), tls (bool), api_port, tls_port, worker (bool),
-    worker_metrics_port, controller_metrics_port (0: none)."""
+    worker_metrics_port, controller_metrics_port (0: none), controller (the address the node sees the Ansible
+    controller's SSH connection come from; empty on a local connection): a table that would refuse it at SSH is
+    refused, since it would cut the run that loads it off the node."""
     peers = sources(list(spec.get("derived") or []), spec.get("allowed_sources") or [])
     scrape = source_list(spec.get("scrape_sources") or [], "pairserve_firewall_scrape_sources")
     ssh_list = spec.get("ssh_sources") or []
@@ -278,6 +280,16 @@ def node_rules(spec):
             metrics.append(tcp_port(controller, "pairserve_controller_metrics_port"))
     if spec.get("worker"):
         metrics.append(tcp_port(spec.get("worker_metrics_port"), "pairserve_gpustack_worker_metrics_port"))
+    controller = spec.get("controller") or ""
+    if controller and ssh_sources is not None:
+        address = ipaddress.ip_address(controller.split("%", 1)[0])
+        admitted = [ipaddress.ip_network(net) for family in ("ipv4", "ipv6")
+                    for net in peers[family] + ssh_sources[family]]
+        if not any(address in net for net in admitted):
+            raise FirewallError("pairserve_firewall_ssh_sources: the Ansible controller's address %s (SSH_CLIENT) is "
+                                "neither an SSH source nor a peer: the table would cut this run off the node. Add it "
+                                "to pairserve_firewall_ssh_sources, or set pairserve_firewall_allow_ansible_controller"
+                                % controller)
     text = ruleset(spec.get("table"), peers, ssh, public, local, metrics, scrape, ssh_sources,
                    spec.get("interfaces") or [])
     return {"text": text, "peers": peers, "ssh_ports": _port_elements(ssh), "public_ports": _port_elements(public),

@@ -84,6 +84,17 @@ def test_without_https_the_plain_api_is_the_front_door_and_a_gpu_node_opens_ssh_
     assert "tcp dport { 22, 2222 } accept" in gpu["text"]
 
 
+def test_a_table_that_would_cut_the_ansible_controller_off_is_refused():
+    """The run that loads the table must keep reaching the node: the controller's address has to pass at the SSH
+    port its connection came to, as a peer or as an SSH source."""
+    cut = dict(SERVER, controller="198.51.100.9", ssh_sources=["10.213.0.4"])
+    with pytest.raises(firewall.FirewallError, match="^pairserve_firewall_ssh_sources: .*198.51.100.9"):
+        firewall.node_rules(cut)
+    firewall.node_rules(dict(cut, ssh_sources=["198.51.100.0/24"]))  # an SSH source
+    firewall.node_rules(dict(cut, allowed_sources=["198.51.100.9"]))  # a peer
+    firewall.node_rules(dict(cut, ssh_sources=[]))  # SSH from anyone
+
+
 def test_each_bad_input_is_refused_naming_its_variable():
     for change, variable in (({"ssh_ports": []}, "pairserve_firewall_ssh_ports"),
                              ({"ssh_ports": [0]}, "pairserve_firewall_ssh_ports"),
@@ -148,17 +159,25 @@ import socket, sys, threading
 socks = []
 for spec in sys.argv[1:]:
     proto, port = spec.split("/")
-    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
     s = socket.socket(socket.AF_INET6, kind)
     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("::", int(port)))
-    if proto == "tcp":
+    if proto != "udp":
         s.listen(16)
     socks.append((proto, s))
+def echo(c):
+    while True:
+        data = c.recv(64)
+        if not data:
+            return
+        c.sendall(data)
 def serve(proto, s):
     while True:
-        if proto == "tcp":
+        if proto == "echo":
+            c, _ = s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()
+        elif proto == "tcp":
             c, _ = s.accept(); c.sendall(b"ok"); c.close()
         else:
             data, peer = s.recvfrom(64); s.sendto(b"ok", peer)
