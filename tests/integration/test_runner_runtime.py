@@ -1,14 +1,21 @@
 """The runner_image role's runtime checks (roles/runner_image/tasks/runtime.yml), which preflight runs before
 anything changes: the real podman of this machine answers, and a CDI spec must name every GPU of the node's pairs
-by UUID, as GPUStack's podman deployer asks for them. Run through ansible-playbook against localhost."""
+by UUID, as GPUStack's podman deployer asks for them; and the pinned runner image's own vLLM, pulled from a registry
+like the lab's and asked before GPUStack is installed (entry point image_version). Run through ansible-playbook
+against localhost."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
 import uuid
 
+import pytest
 import yaml
 
 from lab.ansible_runner import REPO, run_playbook
@@ -124,3 +131,121 @@ def test_the_uninstall_removes_the_workload_containers_the_worker_left_behind(tm
     finally:
         for name in names.values():
             _podman("rm", "-f", "-t", "0", name)
+
+
+# -- the runner image's own vLLM, read before GPUStack is installed (entry point image_version) -----------------------
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture()
+def registry(tmp_path):
+    """A registry on 127.0.0.1 as the lab runs one (Debian's docker-registry, plain HTTP on loopback, its storage in the
+    test's tmp), with a registries.conf that lets podman reach it; stopped by its PID (also by the test, to show a run
+    that needs none)."""
+    port = _free_port()
+    address = "127.0.0.1:%d" % port
+    config = tmp_path / "registry.yml"
+    config.write_text(yaml.safe_dump({"version": 0.1, "log": {"level": "warn"}, "http": {"addr": address},
+                                      "storage": {"filesystem": {"rootdirectory": str(tmp_path / "registry")}}}))
+    conf = tmp_path / "registries.conf"
+    conf.write_text('unqualified-search-registries = []\n[[registry]]\nlocation = "%s"\ninsecure = true\n' % address)
+    proc = subprocess.Popen(["/usr/bin/docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "the test registry did not start"
+            time.sleep(0.1)
+    yield {"address": address, "conf": conf, "stop": lambda: (proc.terminate(), proc.wait(timeout=30))}
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _runner_image(tmp_path, registry, repository, answer):
+    """An image whose `vllm` prints ANSWER (this machine's dash and C library, FROM scratch: a few MB), pushed to the
+    registry as REPOSITORY:0.25.1, its local copy removed: (reference without digest, digest)."""
+    root = tmp_path / repository / "rootfs"
+    for path in ("/usr/bin/dash", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"):
+        (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(os.path.realpath(path), root / path.lstrip("/"))
+    (root / "bin").mkdir()
+    (root / "bin" / "sh").symlink_to("/usr/bin/dash")
+    vllm = root / "usr" / "local" / "bin" / "vllm"
+    vllm.parent.mkdir(parents=True)
+    vllm.write_text("#!/bin/sh\n[ \"$1\" = --version ] || exit 2\nprintf '%s'\n" % answer)
+    vllm.chmod(0o755)
+    (tmp_path / repository / "Containerfile").write_text(
+        "FROM scratch\nCOPY rootfs/ /\nENV PATH=/usr/local/bin:/usr/bin:/bin\n")
+    local = "localhost/pairserve-test-%s:%s" % (repository, uuid.uuid4().hex[:8])
+    built = _podman("build", "--quiet", "--network", "none", "-t", local, str(tmp_path / repository))
+    assert built.returncode == 0, built.stderr
+    name = "%s/test/%s:0.25.1" % (registry["address"], repository)
+    digest_file = tmp_path / repository / "digest"
+    pushed = _podman("push", "--quiet", "--tls-verify=false", "--digestfile", str(digest_file), local, "docker://" + name)
+    assert pushed.returncode == 0, pushed.stderr
+    assert _podman("rmi", local).returncode == 0
+    return name, digest_file.read_text().strip()
+
+
+def _image_version(tmp_path, registry, name, digest, check=False):
+    inventory = tmp_path / "version-inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"node-x": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "pairserve_runner_runtime": "podman", "pairserve_runner_module_python": sys.executable,
+        "pairserve_runner_image": name, "pairserve_runner_image_digest": digest, "pairserve_vllm_version": "0.25.1",
+        "pairserve_runner_version_cache_dir": str(tmp_path / "kept")}}}}))
+    playbook = tmp_path / "version-play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "The runner image's vLLM", "hosts": "all", "gather_facts": False,
+        "tasks": [{"name": "Check it", "ansible.builtin.include_role": {
+            "name": "pairserve.llm.runner_image", "tasks_from": "image_version"}}]}]))
+    env = {"CONTAINERS_CONF": str(REPO / ".cache" / "podman" / "containers.conf"),
+           "CONTAINERS_REGISTRIES_CONF": str(registry["conf"])}
+    return run_playbook(playbook, inventory=inventory, check=check, env=env, timeout=300)
+
+
+def test_the_pinned_images_vllm_is_read_from_the_registry_before_the_install_and_kept_for_the_next_runs(
+        tmp_path, registry):
+    """Real podman and a registry: preflight's check pulls the pinned image by digest and asks its `vllm` in a
+    throwaway container; an image whose tag names the pinned vLLM but that carries another is refused naming the host,
+    the variables and both versions; the verified answer is kept, and with the registry stopped and the image gone a
+    run and a check-mode run pass again with nothing changed (the lab's idempotence proof stops its registry)."""
+    good = _runner_image(tmp_path, registry, "vllm", "INFO 12-06 loading the CPU platform\\n0.25.1+cpu\\n")
+    other = _runner_image(tmp_path, registry, "vllm-other", "0.27.1\\n")
+    pulled = ["%s@%s" % ref for ref in (good, other)]
+    try:
+        first = _image_version(tmp_path, registry, *good)
+        assert first.rc == 0, first.stdout[-3000:]
+        made = first.by_task["Make sure the runner image is present to ask it"]
+        assert made["changed"] and made["pulled"], made
+        asked = first.by_task["Ask the runner image which vLLM it carries"]
+        assert asked["rc"] == 0 and "--network=none" in asked["cmd"], asked
+        kept = tmp_path / "kept" / good[1].replace(":", "-")
+        assert "vllm: 0.25.1" in kept.read_text().splitlines()
+
+        refused = _image_version(tmp_path, registry, *other)
+        assert refused.rc != 0
+        msg = " ".join(failure(refused)["msg"].split())
+        assert msg.startswith("node-x: pairserve_runner_image / pairserve_runner_image_digest: the runner image "
+                              "%s carries vLLM 0.27.1, but pairserve_vllm_version pins 0.25.1" % pulled[1]), msg
+        assert not (tmp_path / "kept" / other[1].replace(":", "-")).exists()
+
+        registry["stop"]()
+        for ref in pulled:
+            _podman("rmi", ref)
+        for check in (False, True):
+            again = _image_version(tmp_path, registry, *good, check=check)
+            assert again.rc == 0, again.stdout[-3000:]
+            assert not [r["_task"] for r in again.results if r.get("changed")], again.stdout[-3000:]
+            assert again.by_task["Make sure the runner image is present to ask it"]["_status"] == "skipped"
+    finally:
+        for ref in pulled:
+            _podman("rmi", ref)

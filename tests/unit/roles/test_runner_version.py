@@ -109,6 +109,9 @@ def test_the_pinned_vllm_passes_is_kept_under_the_digest_and_read_on_the_next_ru
     assert any(r["changed"] for r in first.results if r["_task"] == "Keep the verified vLLM version of this image")
     kept = node.kept / ("sha256-" + "1" * 64)
     assert yaml.safe_load(kept.read_text()) == {"image": IMAGE, "command": ["vllm", "--version"], "vllm": "0.25.1"}
+    # later in the same run (serve.yml's runner_image after preflight) the main entry point has nothing to ask
+    remembered = first.by_task["Remember that this image's vLLM was checked in this run"]
+    assert remembered["ansible_facts"] == {"pairserve_runner_version_verified": IMAGE}, remembered
 
     # The registry stopped and the image gone: the runtime is not even asked, and nothing changes.
     node.hold()
