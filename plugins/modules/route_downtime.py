@@ -52,9 +52,19 @@ options:
     type: int
     default: 900
   settle:
-    description: Successful requests in a row after a window that end the measurement.
+    description:
+      - Successful requests in a row after a window that end the measurement.
+      - V(0) never ends it on recovery: a watch, which runs until O(stop_file) or O(max_seconds) (the maintenance
+        plays watch the route this way while a node is drained, reading O(status_file) between their steps).
     type: int
     default: 3
+  status_file:
+    description:
+      - A path where the figures so far (the RETURN values, an open window counted up to the last request and marked
+        C(open), C(ended_by) C(running)) are written after every request, atomically (a new file renamed over the old,
+        mode 0600), so that another task can read them while the module runs in the background. Left in place at
+        the end with the final figures.
+    type: path
   stop_grace:
     description:
       - Seconds a measurement told to stop (O(stop_file)) while the route does not answer keeps going, so that the
@@ -132,6 +142,9 @@ windows:
     start:
       description: Epoch seconds at the start of the window's first failed request.
       type: float
+    open:
+      description: Present (true) on a window still open when the figures were taken.
+      type: bool
     end:
       description: Epoch seconds at the end of the request that succeeded again (or at the end of the measurement).
       type: float
@@ -147,6 +160,10 @@ windows:
 recovered:
   description: False when the route still did not answer when the measurement ended.
   type: bool
+  returned: always
+failing_s:
+  description: Seconds the open window has lasted (0 when the route answers).
+  type: float
   returned: always
 details:
   description: The windows (UTC times, failed requests, the first error) and the counts, as the end of a sentence.
@@ -171,7 +188,9 @@ duration_s:
   returned: always
 """
 
+import json
 import os
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -190,6 +209,7 @@ def main():
             max_seconds=dict(type="int", default=900),
             settle=dict(type="int", default=3),
             stop_file=dict(type="path"),
+            status_file=dict(type="path"),
             stop_grace=dict(type="float", default=120.0),
             validate_certs=dict(type="bool", default=True),
             ca_path=dict(type="path"),
@@ -197,10 +217,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p["interval"] < 0.1 or p["request_timeout"] <= 0 or p["max_seconds"] < 1 or p["settle"] < 1 \
+    if p["interval"] < 0.1 or p["request_timeout"] <= 0 or p["max_seconds"] < 1 or p["settle"] < 0 \
             or p["stop_grace"] < 0:
-        module.fail_json(msg="interval must be at least 0.1, request_timeout above 0, max_seconds and settle at "
-                             "least 1, stop_grace not negative (got %s, %s, %s, %s, %s)"
+        module.fail_json(msg="interval must be at least 0.1, request_timeout above 0, max_seconds at least 1, settle "
+                             "and stop_grace not negative (got %s, %s, %s, %s, %s)"
                              % (p["interval"], p["request_timeout"], p["max_seconds"], p["settle"], p["stop_grace"]))
     stop_file = p["stop_file"]
     if stop_file and os.path.lexists(stop_file):
@@ -229,8 +249,25 @@ def main():
             return True
         return False
 
+    status_file = p["status_file"]
+
+    def progress(figures):
+        # a new file renamed over the old: a reader never sees half of it
+        directory = os.path.dirname(os.path.abspath(status_file))
+        handle, temp = tempfile.mkstemp(prefix=".route-downtime-", dir=directory)
+        try:
+            with os.fdopen(handle, "w") as out:
+                json.dump(dict(figures, details=downtime.details(figures)), out)
+            os.replace(temp, status_file)
+        except BaseException:
+            if os.path.exists(temp):
+                os.unlink(temp)
+            raise
+
     figures = downtime.measure(attempt, interval=p["interval"], max_seconds=p["max_seconds"], settle=p["settle"],
-                               stop=stop, stop_grace=p["stop_grace"])
+                               stop=stop, stop_grace=p["stop_grace"], progress=progress if status_file else None)
+    if status_file:
+        progress(figures)
     module.exit_json(changed=False, details=downtime.details(figures), **figures)
 
 
