@@ -1,4 +1,5 @@
-"""A runner image that cannot be had stops site.yml before any replica is registered or changed.
+"""A runner image that cannot be had stops site.yml in the preflight, before GPUStack is installed (where the pinned
+image is pulled to be asked for its vLLM), so before any replica is registered or changed.
 
 One run of the real site.yml against the converged lab, with node-a's runner image pinned to a digest the lab
 registry does not have and node-b's runner image missing from the registry. Both nodes must fail at the runner
@@ -50,6 +51,8 @@ def test_wrong_digest_and_missing_image_fail_before_registration(keys):
     assert re.search(r"fatal: \[node-a[^\]]*\].{0,600}%s@%s" % (re.escape(image), WRONG_DIGEST), out), run.stdout[-4000:]
     assert re.search(r"fatal: \[node-b[^\]]*\].{0,600}%s@%s" % (re.escape(MISSING), OTHER_DIGEST), out), \
         run.stdout[-4000:]
+    # Stopped in the preflight's GPU checks: the play that installs GPUStack never started.
+    assert "PLAY [GPUStack on every node]" not in run.stdout, run.stdout[-4000:]
     # Nothing was registered or changed, and neither node reached the replica role.
     assert "Register each pair's replica in GPUStack" not in run.stdout
     assert "Register the runner image as a version of GPUStack's vLLM backend" not in run.stdout
