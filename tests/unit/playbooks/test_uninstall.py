@@ -27,7 +27,7 @@ CONFIRM_CHECK = "pairserve.llm.uninstall : Validating arguments against arg spec
 
 # The roles that change the nodes, so need a way back; each of the others only checks or reports, with the reason.
 INSTALLS = {"checkpoint", "controller", "gpustack_install", "gpustack_server", "gpustack_worker", "node_venv",
-            "replica", "route", "runner_image", "verify"}
+            "replica", "route", "runner_image", "server_backup", "verify"}
 READ_ONLY = {
     "bench": "measures through the route; reports on the controller",
     "power": "samples the GPUs' power; reports on the controller",
@@ -127,7 +127,7 @@ def test_a_limit_is_refused_before_any_host_is_contacted():
 def test_the_removals_come_in_order():
     order = [("controller", "absent"), ("route", "absent"), ("replica", "absent"), ("runner_image", "absent"),
              ("gpustack_server", "absent_api_keys"), ("verify", "absent"), ("gpustack_worker", "absent"),
-             ("gpustack_server", "absent"),
+             ("server_backup", "absent"), ("gpustack_server", "absent"),
              ("gpustack_install", "absent"), ("node_venv", "absent"), ("checkpoint", "absent")]
     positions = [position(role, entry) for role, entry in order]
     assert positions == sorted(positions), dict(zip(order, positions))

@@ -20,7 +20,7 @@ import pytest
 
 from lab.ansible_runner import REPO
 
-TOOL = REPO / "roles" / "server_backup" / "files" / "pairserve-server-backup"
+TOOL = REPO / "roles" / "server_backup" / "files" / "pairserve_server_backup.py"
 
 
 def load_tool():

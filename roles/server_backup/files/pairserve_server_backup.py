@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Backups of the GPUStack server node: GPUStack's PostgreSQL database, the files of its data directory that keys and
 workers depend on, and the collection's secrets (the API keys' values), in one root-only archive.
 
@@ -7,7 +6,8 @@ workers depend on, and the collection's secrets (the API keys' values), in one r
     pairserve-server-backup [--config FILE] state         # what this node holds now (database tables, data files)
     pairserve-server-backup [--config FILE] restore FILE  # into an empty database and data directory; prints JSON
 
-Installed and configured by the pairserve.llm.server_backup role (its config file is JSON); run by its systemd timer
+Installed by the pairserve.llm.server_backup role as /usr/local/sbin/pairserve-server-backup (the role adds the
+shebang) with its JSON configuration; run by its systemd timer
 and by playbooks/backup.yml and playbooks/restore.yml. Exit 0 on success, 2 on a refusal or a bad archive (the
 message names the file and what is wrong), 1 on a failed command.
 """
@@ -166,8 +166,9 @@ def prune(backup_dir, keep):
 
 
 def manifest_summary(manifest):
-    return {k: manifest[k] for k in ("format", "created", "host", "gpustack_version", "db_name")} | {
-        "files": sorted(manifest["files"])}
+    summary = {k: manifest[k] for k in ("format", "created", "host", "gpustack_version", "db_name")}
+    summary["files"] = sorted(manifest["files"])
+    return summary
 
 
 def read_manifest(path):

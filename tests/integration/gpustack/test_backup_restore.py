@@ -1,0 +1,250 @@
+"""Backup and restore of the GPUStack server (playbooks/backup.yml, playbooks/restore.yml) against the session's real
+GPUStack 2.2.3 on PostgreSQL 15.
+
+One test, in the order an operator meets it: a model, a route over it and an inference key exist on the session's
+server (server A); backup.yml takes an archive with the real pg_dump and fetches it to the "controller"; restore.yml
+refuses server A itself (a database with data) and a corrupt archive, naming them, before anything changes; then it
+restores the archive into a fresh PostgreSQL cluster and an empty data directory, and starts a second GPUStack
+server (server B) on them through the play's stop/start commands (the fixture's servers are no systemd units). On B
+the same route, model, API keys and worker records come back: the old inference key lists the route on /v1, the
+session worker's own token authenticates (a worker needs nothing new), and B kept A's jwt_secret_key. A rerun of
+restore.yml changes nothing and does not restart B.
+
+Cost: a second PostgreSQL (initdb, ~3 s), one GPUStack start on the restored database (~20-40 s on 2 cores) and
+five ansible-playbook runs (~8 s each): about 1.5 minutes, on the session's server and worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from lab import pins
+from lab.ansible_runner import REPO, run_module, run_playbook
+from support.gpustack_server import Postgres, ensure_venv, free_port
+from support.recap import parse_recap
+
+pytestmark = [pytest.mark.slow]
+
+BACKUP = REPO / "playbooks" / "backup.yml"
+RESTORE = REPO / "playbooks" / "restore.yml"
+OLD_KEY = "sk-pairserve-restore-old-inference-0001"
+
+# Server B's service manager for the play's stop/start commands: by PID from a pid file, never by name.
+CTL = r'''
+import os, signal, subprocess, sys, time
+gpustack, config, pidfile, log, action = sys.argv[1:6]
+if action == "stop" and os.path.exists(pidfile):
+    pid = int(open(pidfile).read())
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            os.killpg(pid, 0)
+            time.sleep(0.2)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.unlink(pidfile)
+if action == "start":
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+           "HOME": os.environ.get("HOME", "/root"), "GPUSTACK_SKIP_RESERVE_EPHEMERAL_PORTS": "1"}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([gpustack, "start", "--config-file", config], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=os.path.dirname(config), env=env, start_new_session=True)
+    open(pidfile, "w").write(str(proc.pid))
+'''
+
+
+def http(url, key=None, method="GET", body=None):
+    req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode())
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - 127.0.0.1 only
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as err:
+        return err.code, None
+
+
+def items(api_url, key, path):
+    status, body = http(f"{api_url}{path}?perPage=1000", key)
+    assert status == 200, (path, status)
+    return body["items"]
+
+
+def content(server_url, key):
+    """What must come back, as a client and an operator see it: routes with their targets' models and weights,
+    models, API key names and scopes, worker records."""
+    models = {m["id"]: m["name"] for m in items(server_url, key, "/v2/models")}
+    routes = {r["id"]: r["name"] for r in items(server_url, key, "/v2/model-routes")}
+    return {
+        "routes": sorted(routes.items()),
+        "targets": sorted((routes.get(t["route_id"]), models.get(t["model_id"]), t["weight"])
+                          for t in items(server_url, key, "/v2/model-route-targets")),
+        "models": sorted(models.items()),
+        "keys": sorted((k["name"], tuple(k.get("scope") or [])) for k in items(server_url, key, "/v2/api-keys")),
+        "workers": sorted((w["id"], w["name"]) for w in items(server_url, key, "/v2/workers")),
+    }
+
+
+def recap(result, host="gs"):
+    return (parse_recap(result.stdout) or {}).get(host)
+
+
+def inventory(path, host_vars):
+    path.write_text(json.dumps({"all": {"children": {"gpustack_server": {"hosts": {"gs": host_vars}}}}}, indent=1))
+    return path
+
+
+def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path):  # pylint: disable=too-many-locals,too-many-statements
+    server = gpustack_server
+    api_port = int(server.api_url.rsplit(":", 1)[1])
+    pg_a = server._postgres  # pylint: disable=protected-access
+    data_a = server.root / "server" / "data"
+
+    # What clients and workers hold: a model and a route over it, an inference key, the session worker's token.
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
+    model = server.api("POST", "/v2/models", {"name": "restore-probe", "source": "local_path", "local_path": str(ckpt),
+                                              "replicas": 0, "cluster_id": server.cluster_id, "backend": "vLLM"})
+    route = run_module("gpustack_route", {**server.key_args, "name": "restore-route",
+                                          "targets": [{"model": "restore-probe", "weight": 100}]})
+    assert not route.failed, route.result
+    key = run_module("gpustack_api_key", {**server.auth_args, "name": "restore-inference", "value": OLD_KEY,
+                                          "scope": ["inference"]})
+    assert not key.failed, key.result
+    secrets_a = tmp_path / "secrets-a"
+    secrets_a.mkdir(mode=0o700)
+    (secrets_a / "inference-api-key").write_text(OLD_KEY + "\n")
+    (secrets_a / "management-api-key").write_text(server.api_key + "\n")
+    worker_token = (server.root / "worker" / "data" / "worker_token").read_text().strip()
+
+    common = {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "pairserve_gpustack_version": pins.GPUSTACK, "pairserve_gpustack_db_name": "gpustack",
+        "pairserve_gpustack_db_user": "", "pairserve_gpustack_server_user": "root",
+        "pairserve_backup_db_host": "127.0.0.1", "pairserve_backup_schedule": "",
+        "pairserve_backup_tool": str(tmp_path / "bin" / "pairserve-server-backup"),
+    }
+    inv_a = inventory(tmp_path / "a.json", dict(
+        common, pairserve_gpustack_api_port=api_port, pairserve_gpustack_db_port=pg_a.port,
+        pairserve_gpustack_server_data_dir=str(data_a), pairserve_gpustack_secrets_dir=str(secrets_a),
+        pairserve_backup_dir=str(tmp_path / "backups-a" / "server"), pairserve_backup_keep=2,
+        pairserve_backup_config=str(tmp_path / "etc-a" / "server-backup.json"),
+        pairserve_backup_restore_record=str(tmp_path / "state-a" / "server-restore.json"),
+        pairserve_backup_restore_install=False))
+
+    # PostgreSQL runs as postgres, who cannot enter pytest's 0700 tmp_path: a directory of its own under /tmp.
+    pg_root = Path(tempfile.mkdtemp(prefix="pairserve-restore-pg-"))
+    pg_b = Postgres(pg_root / "pg")
+    ctl = tmp_path / "ctl.py"
+    ctl.write_text(CTL)
+    server_b = tmp_path / "server-b"
+    server_b.mkdir()
+    url_b = f"http://127.0.0.1:{free_port()}"
+    try:
+        # -- backup: one archive, root only, fetched; check mode takes none --------------------------------
+        fetched = tmp_path / "fetched"
+        taken = run_playbook(BACKUP, inventory=inv_a, extra_vars={"pairserve_backup_fetch_dir": str(fetched)}, timeout=300)
+        assert taken.rc == 0, taken.stdout[-4000:] + taken.stderr[-2000:]
+        archives = sorted((fetched / "gs").glob("pairserve-server-backup-*.tar.gz"))
+        assert len(archives) == 1 and recap(taken)["changed"] >= 1, (archives, recap(taken))
+        archive = archives[0]
+        on_node = tmp_path / "backups-a" / "server" / archive.name
+        assert stat.S_IMODE(on_node.stat().st_mode) == 0o600 and stat.S_IMODE(on_node.parent.stat().st_mode) == 0o700
+        assert stat.S_IMODE(archive.stat().st_mode) == 0o600
+        checked = run_playbook(BACKUP, inventory=inv_a, check=True, timeout=300)
+        assert checked.rc == 0 and "Check mode: no backup taken" in checked.stdout, checked.stdout[-3000:]
+        assert sorted(p.name for p in on_node.parent.glob("pairserve-server-backup-*")) == [archive.name]
+        manifest = json.loads(subprocess.run(
+            [sys.executable, str(REPO / "roles/server_backup/files/pairserve_server_backup.py"), "verify", str(archive)],
+            check=True, capture_output=True, text=True).stdout)["manifest"]
+        # data/token only where GPUStack wrote one (its default cluster's token; the fixture's cluster is another)
+        assert manifest["files"] == sorted(["data/jwt_secret_key", "gpustack.dump", "secrets/inference-api-key",
+                                            "secrets/management-api-key"]
+                                           + (["data/token"] if (data_a / "token").exists() else [])), manifest
+        before = content(server.api_url, server.api_key)
+        assert ("restore-route", "restore-probe", 100) in before["targets"], before["targets"]
+
+        # -- refusals before any change: server A has data; a corrupt archive --------------------------------
+        refused = run_playbook(RESTORE, inventory=inv_a, extra_vars={"pairserve_backup_restore_file": str(archive)},
+                               timeout=300)
+        assert refused.rc != 0 and "already holds" in refused.stdout and "pairserve_backup_restore_force" in refused.stdout, \
+            refused.stdout[-3000:]
+        corrupt = tmp_path / archive.name.replace(".tar.gz", "-cut.tar.gz")
+        corrupt.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+        broken = run_playbook(RESTORE, inventory=inv_a, extra_vars={"pairserve_backup_restore_file": str(corrupt)},
+                              timeout=300)
+        assert broken.rc != 0 and str(corrupt) in broken.stdout and "Nothing was changed" in broken.stdout, \
+            broken.stdout[-3000:]
+        assert content(server.api_url, server.api_key) == before
+
+        # -- restore into a fresh PostgreSQL and an empty data directory, then start server B on them ------------
+        pg_b.start()
+        cfg_b = {"data_dir": str(server_b / "data"), "log_dir": str(server_b / "log"), "api_port": int(url_b.rsplit(":", 1)[1]),
+                 "port": free_port(), "tls_port": free_port(), "proxy_port": free_port(), "metrics_port": free_port(),
+                 "disable_metrics": True, "disable_builtin_observability": True, "disable_update_check": True,
+                 "gateway_mode": "disabled", "database_url": pg_b.url, "bootstrap_password": "another-Bootstrap-pw9",
+                 "advertise_address": "127.0.0.1", "disable_worker": True}
+        (server_b / "config.yaml").write_text(json.dumps(cfg_b))
+        gpustack = str(ensure_venv(server.version) / "bin" / "gpustack")
+        base = [sys.executable, str(ctl), gpustack, str(server_b / "config.yaml"), str(server_b / "pid"),
+                str(server_b / "server.log")]
+        secrets_b = tmp_path / "secrets-b"
+        inv_b = inventory(tmp_path / "b.json", dict(
+            common, pairserve_gpustack_api_port=cfg_b["api_port"], pairserve_gpustack_db_port=pg_b.port,
+            pairserve_gpustack_server_data_dir=cfg_b["data_dir"], pairserve_gpustack_secrets_dir=str(secrets_b),
+            pairserve_backup_dir=str(tmp_path / "backups-b" / "server"),
+            pairserve_backup_config=str(tmp_path / "etc-b" / "server-backup.json"),
+            pairserve_backup_restore_record=str(tmp_path / "state-b" / "server-restore.json"),
+            pairserve_backup_restore_install=False, pairserve_backup_server_stop_command=base + ["stop"],
+            pairserve_backup_server_start_command=base + ["start"], pairserve_backup_restore_ready_timeout=240))
+        restored = run_playbook(RESTORE, inventory=inv_b, extra_vars={"pairserve_backup_restore_file": str(archive)},
+                                timeout=600)
+        assert restored.rc == 0, restored.stdout[-5000:] + restored.stderr[-2000:] + (server_b / "server.log").read_text()[-3000:]
+        assert "accepts the old inference key" in restored.stdout, restored.stdout[-3000:]
+
+        # The same route, models, keys and workers; the old inference key serves the route's name on /v1.
+        assert content(url_b, server.api_key) == before
+        # The old inference key authenticates on /v1, a key never issued is refused. (The route itself is compared
+        # above: /v1 lists and serves only routes with a running instance, and none can run here.)
+        assert http(f"{url_b}/v1/models", OLD_KEY)[0] == 200
+        assert http(f"{url_b}/v1/models", "sk-pairserve-never-issued")[0] == 401
+        ask = {"model": "restore-route", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        assert http(f"{url_b}/v1/chat/completions", OLD_KEY, method="POST", body=ask)[0] == 404  # no running instance
+        assert http(f"{url_b}/v1/chat/completions", "sk-pairserve-never-issued", method="POST", body=ask)[0] == 401
+        # A worker re-attaches with the token it has: its heartbeat authenticates on the restored server.
+        assert http(f"{url_b}/v2/worker-heartbeat", worker_token, method="POST")[0] == 204
+        assert http(f"{url_b}/v2/worker-heartbeat", "gpustack_0000_not-a-worker", method="POST")[0] == 401
+        assert (server_b / "data" / "jwt_secret_key").read_text() == (data_a / "jwt_secret_key").read_text()
+        assert (secrets_b / "inference-api-key").read_text().strip() == OLD_KEY
+        assert stat.S_IMODE((secrets_b / "inference-api-key").stat().st_mode) == 0o600
+
+        # A rerun with the same archive changes nothing and leaves server B running as it was.
+        pid_b = (server_b / "pid").read_text()
+        again = run_playbook(RESTORE, inventory=inv_b, extra_vars={"pairserve_backup_restore_file": str(archive)},
+                             timeout=300)
+        assert again.rc == 0 and recap(again)["changed"] == 0, again.stdout[-4000:]
+        assert "nothing to do" in again.stdout and (server_b / "pid").read_text() == pid_b
+    finally:
+        if (server_b / "config.yaml").exists():
+            subprocess.run([sys.executable, str(ctl), "-", str(server_b / "config.yaml"), str(server_b / "pid"),
+                            os.devnull, "stop"], check=False, timeout=60)
+        pg_b.stop()
+        shutil.rmtree(pg_root, ignore_errors=True)
+        run_module("gpustack_route", {**server.key_args, "name": "restore-route", "state": "absent"})
+        server.api("DELETE", f"/v2/models/{model['id']}")
+        run_module("gpustack_api_key", {**server.auth_args, "name": "restore-inference", "state": "absent"})
