@@ -12,19 +12,8 @@ trap 'rm -rf "$tmp"' EXIT
 echo "== build"
 rm -rf dist && ansible-galaxy collection build --force --output-path dist . >/dev/null
 tarball=$(ls dist/pairserve-llm-*.tar.gz)
-leaked=$(tar -tzf "$tarball" | grep -E '(^|/)(\.venv|\.cache|\.lab|tests/output|__pycache__|dist)(/|$)' || true)
-if [ -n "$leaked" ]; then
-  echo "the tarball carries caches or state it must not:" >&2
-  echo "$leaked" | head -20 >&2
-  exit 1
-fi
-lab=$(tar -tzf "$tarball" | grep -E '^(lab|inventory/lab|molecule|scripts/lib)(/|$)|^scripts/(lab\.sh|lab_[^/]*\.py|molecule\.sh)$|^tests/support/lab_suite\.py$' || true)
-if [ -n "$lab" ]; then
-  echo "the tarball carries the lab, which is not part of the collection (galaxy.yml build_ignore):" >&2
-  echo "$lab" | head -20 >&2
-  exit 1
-fi
-echo "$tarball: $(du -h "$tarball" | cut -f1), $(tar -tzf "$tarball" | wc -l) entries, nothing of the lab"
+python3 scripts/check_tarball.py galaxy.yml "$tarball"
+echo "$tarball: $(du -h "$tarball" | cut -f1)"
 
 echo "== install into a fresh collections path"
 mkdir -p "$tmp/collections"
