@@ -20,6 +20,7 @@ NVML = REPO / "tests" / "fixtures" / "nvml"
 SIXTEEN_GIB = NVML / "node-a-2x5080.json"
 H200 = NVML / "h200-recording-2026-12-01.json"
 RENDER = "Render this host's serving profile for each pair's cards, refusing what the seed proved broken"
+REFUSE = "Refuse this host's serving profile, naming the host and the variables"
 
 
 def gpu_fact(recording, group_size=2):
@@ -55,9 +56,11 @@ def test_095_on_16_gib_cards_is_refused_naming_the_acknowledgement(tmp_path):
     res = check(tmp_path, gpu_fact(SIXTEEN_GIB), gpu_memory_utilization=0.95)
     assert res.rc != 0
     failed = [r for r in res.results if r["_status"] == "failed"]
-    assert len(failed) == 1 and failed[0]["_task"] == RENDER, failed
-    msg = failed[0]["msg"]
-    assert "gpu_memory_utilization 0.95 refused on a pair of 16303 MiB cards" in msg, msg
+    assert [r["_task"] for r in failed] == [RENDER, REFUSE], failed
+    msg = " ".join(failed[-1]["msg"].split())
+    # the refusal names the host and the variables that chose the profile, then the rule
+    assert msg.startswith("localhost: pairserve_replica_profile (multimodal) / pairserve_profiles: profile multimodal: "
+                          "gpu_memory_utilization 0.95 refused on a pair of 16303 MiB cards"), msg
     assert "34 MiB activation" in msg and "accept_gpu_memory_above_092: true" in msg, msg
 
 

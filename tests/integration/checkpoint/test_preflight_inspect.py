@@ -114,8 +114,13 @@ def test_a_revision_without_its_tokenizer_is_refused_naming_the_files(tmp_path, 
 
 
 def test_a_max_model_len_above_the_native_context_is_refused_before_the_install(tmp_path, hub, hf_env):
-    msg = _failed(_run(tmp_path, hub, hf_env, SHORT, profile="multimodal"))
+    result = _run(tmp_path, hub, hf_env, SHORT, profile="multimodal")
+    msg = _failed(result)
     assert "profile multimodal: max_model_len 65536 is longer than the checkpoint's native context 32768" in msg
+    # the refusal the run ends with names the host and the variables that chose the profile
+    last = " ".join([r for r in result.results if r["_status"] == "failed"][-1]["msg"].split())
+    assert last.startswith("localhost: pairserve_replica_profile (multimodal) / pairserve_profiles: profile multimodal: "
+                           "max_model_len 65536 is longer"), last
 
 
 def test_a_vision_profile_on_a_text_only_checkpoint_is_refused(tmp_path, hub, hf_env):
