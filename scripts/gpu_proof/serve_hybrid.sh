@@ -22,7 +22,7 @@
 # run per HYB_LABELS entry (bf16 nvfp4) with HYB_EXTRA_ARGS. For each run: vllm_args.render() of the multimodal
 # profile with tensor_parallel_size 1 (scripts/gpu_proof/hybrid_proof.py), `vllm serve` with exactly that argv
 # and env, the first request timed, a small and a 448x448 image request twice each (prefix caching), with
-# HYB_VERIFY=1 the collection's llm_verify, with HYB_BENCH=1 bench_compare.py (llm_bench's single stream beside
+# HYB_VERIFY=1 the collection's llm_verify, with HYB_BENCH=1 (or =compare: without llm_bench) bench_compare.py (llm_bench's single stream beside
 # `vllm bench serve`, HYB_BENCH_ROUNDS x HYB_BENCH_REQUESTS) and llm_bench, the server stopped, the boot log trimmed into run-<label>.json. HYB_DEADLINE_S: seconds after the
 # start past which no run starts and a boot is not waited for (a run needs HYB_RUN_TAIL_S, default 90, after boot).
 set -uo pipefail
@@ -158,7 +158,7 @@ for RUN in $HYB_RUNS; do
              ${CHECKS:+--checks "$CHECKS"})" "verify-$LABEL")
       log "$LABEL: llm_verify rc=$rc in $(( $(date +%s) - V0 ))s: $(grep -o '"failed_checks": \[[^]]*\]' "$RES/verify-$LABEL.json" | head -1)"
     fi
-    if [ "${HYB_BENCH:-0}" = 1 ]; then
+    if [ "${HYB_BENCH:-0}" = 1 ] || [ "${HYB_BENCH:-0}" = compare ]; then
       # The bench play's single-stream measurement beside `vllm bench serve`, alternating on this server
       # (bench_compare.py), then llm_bench itself as the bench play runs it.
       B0=$(date +%s)
@@ -167,10 +167,10 @@ for RUN in $HYB_RUNS; do
         --rounds "${HYB_BENCH_ROUNDS:-6}" --requests "${HYB_BENCH_REQUESTS:-6}" \
         --budget-s $(( DEADLINE - ($(date +%s) - T0) - 60 )) > "$RES/bench-compare-$LABEL.txt" 2>&1
       log "$LABEL: bench_compare rc=$? in $(( $(date +%s) - B0 ))s: $(tail -1 "$RES/bench-compare-$LABEL.txt" | head -c 300)"
-      B0=$(date +%s)
+      [ "$HYB_BENCH" = compare ] || { B0=$(date +%s)
       rc=$(adhoc pairserve.llm.llm_bench "$($HP bench-args --base-url "http://127.0.0.1:$PORT" --label "$LABEL" \
              --report-dir "$RES/bench-report-$LABEL")" "bench-$LABEL")
-      log "$LABEL: llm_bench rc=$rc in $(( $(date +%s) - B0 ))s"
+      log "$LABEL: llm_bench rc=$rc in $(( $(date +%s) - B0 ))s"; }
     fi
     curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^vllm:(prefix_cache|prompt_tokens_total|generation_tokens_total|num_preemptions)' \
       > "$RES/metrics-$LABEL.txt" 2>&1
