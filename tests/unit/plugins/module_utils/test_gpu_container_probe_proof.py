@@ -109,8 +109,8 @@ def test_the_gpu_is_handed_to_a_container_without_nvidias_toolkit(record):
     assert smi["rc"] == 0 and re.match(r"GPU 0: NVIDIA H100 80GB HBM3 \(UUID: GPU-[0-9a-f-]{36}\)", smi["output"])
     torch = _step(docker, "gpu_torch")
     # torch on the GPU inside the container: the sum of 0 .. 2**20 - 1, computed in float64 on the device.
-    assert torch["rc"] == 0 and torch["output"].split() == ["NVIDIA", "H100", "80GB", "HBM3",
-                                                             repr(float(sum(range(1 << 20)))), "True"]
+    expected = ["NVIDIA", "H100", "80GB", "HBM3", repr(float(sum(range(1 << 20)))), "True"]
+    assert torch["rc"] == 0 and torch["output"].split() == expected
     # Without the device nodes the same image sees no GPU: the hand-over, not the image, gives it.
     hidden = _step(docker, "gpu_without_devices")
     assert hidden["rc"] != 0 and "Failed to initialize NVML" in hidden["output"]

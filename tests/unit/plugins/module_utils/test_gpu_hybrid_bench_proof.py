@@ -47,7 +47,7 @@ def _run(record, label):
 
 
 def test_each_server_ran_the_multimodal_profile_at_tp1_on_triton(record, answers):
-    assert [r["label"] for r in record["runs"]] == ["bf16", "nvfp4"]
+    assert [r["label"] for r in record["runs"]] == ["bf16", "nvfp4", "bf16-b"]
     for run in record["runs"]:
         name = run["label"]
         pair = {k: run["gpu"][k] for k in ("memory_total_mib", "compute_capability")}
@@ -65,7 +65,8 @@ def test_each_server_ran_the_multimodal_profile_at_tp1_on_triton(record, answers
             assert boot[key] == run["boot_facts"][key], (name, key)
         log = "\n".join(run["log_lines"])
         assert "Using Triton/FLA GDN prefill kernel (requested=triton, head_k_dim=64)" in log, name
-    assert run["checkpoint_facts"]["quantization"] and "MarlinNvFp4LinearKernel" in log
+    nvfp4 = _run(record, "nvfp4")
+    assert nvfp4["checkpoint_facts"]["quantization"] and "MarlinNvFp4LinearKernel" in "\n".join(nvfp4["log_lines"])
     assert _run(record, "bf16")["checkpoint_facts"]["quantization"] is None
 
 
@@ -75,12 +76,12 @@ def test_both_tools_measured_the_same_requests(record):
         assert cmp_["error"] is None and run["bench_compare_rc"] == 0, name
         assert cmp_["base_url"] == "http://127.0.0.1:8000" and cmp_["model"] == "hybrid", name
         ours, theirs = cmp_["runs"]["ours"], cmp_["runs"]["vllm bench serve"]
-        assert len(ours) == len(theirs) == cmp_["rounds"] == cmp_["rounds_asked"] == 6, name
+        assert len(ours) == len(theirs) == cmp_["rounds"] == cmp_["rounds_asked"] >= 6, name
         # ignore_eos on both sides: every request decoded exactly output_len tokens; `vllm bench serve` was given our
         # prompt length of the round (a fresh 12-hex-digit prefix tokenizes to 65 or 66 tokens; the record keeps the last).
         assert all(r["completion_tokens"] == cmp_["output_len"] == 128 for r in ours), name
         assert {r["prompt_tokens"] for r in ours} <= {65, 66} and ours[-1]["prompt_tokens"] == cmp_["prompt_tokens"], name
-        assert all(r["completed"] == cmp_["requests_per_round"] == 6 for r in theirs), name
+        assert all(r["completed"] == cmp_["requests_per_round"] >= 6 for r in theirs), name
 
 
 def test_the_ratios_are_the_medians_of_the_rounds(record):
@@ -94,14 +95,17 @@ def test_the_ratios_are_the_medians_of_the_rounds(record):
         assert cmp_["ttft_ratio"] == pytest.approx(statistics.median(ttft)), name
 
 
-def test_decode_agrees_within_5_percent_and_ttft_on_one_of_two_servers(record):
+def test_decode_agrees_within_5_percent_and_ttft_on_two_of_three_samples(record):
     within = {}
     for run in record["runs"]:
         cmp_ = run["bench_compare"]
         assert abs(cmp_["decode_ratio"] - 1) <= record["instrument"]["target"], run["label"]
         within[run["label"]] = abs(cmp_["ttft_ratio"] - 1) <= record["instrument"]["target"]
-    # docs/gpu-proof.md: bf16's TTFT ratio (0.928) is outside 5 %, NVFP4's (1.009) inside.
-    assert within == {"bf16": False, "nvfp4": True}
+    # docs/gpu-proof.md: the first bf16 sample's TTFT ratio (0.928, 6 rounds of 6) is outside 5 %, NVFP4's (1.009)
+    # and the second bf16 sample's (0.981, 10 rounds of 8, another machine) inside.
+    assert within == {"bf16": False, "nvfp4": True, "bf16-b": True}
+    larger = _run(record, "bf16-b")["bench_compare"]
+    assert (larger["rounds"], larger["requests_per_round"]) == (10, 8)
 
 
 def test_the_spread_is_between_rounds_not_between_tools(record):
@@ -115,7 +119,8 @@ def test_the_spread_is_between_rounds_not_between_tools(record):
 
 
 def test_llm_bench_measured_the_same_servers(record):
-    for run in record["runs"]:
+    assert _run(record, "bf16-b")["llm_bench"] is None  # that call measured the ratio only
+    for run in [_run(record, "bf16"), _run(record, "nvfp4")]:
         bench, name = run["llm_bench"], run["label"]
         assert bench["rc"] == 0 and bench["target"] == "hybrid-" + name and bench["model"] == "hybrid", name
         meas = bench["measurement"]
@@ -155,3 +160,15 @@ def test_prefix_caching_reused_the_repeated_image_on_both(record):
         requests = run["requests"]
         assert requests["image_large_again_cached_tokens"] == 144, run["label"]
         assert requests["image_again_cached_tokens"] == 0, run["label"]
+
+
+def test_bf16_with_the_fixed_template_passes_every_check_on_the_measured_server(record, answers):
+    run = _run(record, "bf16-b")
+    assert run["chat_template"].startswith("fixed") and run["verify"]["failed_checks"] == []
+    checks = {c["check"]: c for c in run["verify"]["checks"]}
+    assert set(checks) == {"text", "tool_call", "images", "context_near_limit", "context_past_limit", "token_count"}
+    assert all(c["ok"] for c in checks.values())
+    per_frame = vl_tokens.image_tokens(448, 448, vl_tokens.geometry(answers["checkpoint"]["preprocessor_config"]))
+    images = checks["images"]
+    assert images["image_tokens_server"] == images["image_tokens_expected"] == images["images"] * (per_frame + 2)
+    assert images["image_tokens_expected"] > vl_tokens.SEED_TRUNCATION
