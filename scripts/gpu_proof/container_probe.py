@@ -10,6 +10,14 @@
                                                           with the GPU handed over as nvidia-container-runtime
                                                           does (device nodes, driver libraries bind-mounted)
 
+DIR (made on the development machine, whose reachable mirror is Debian's):
+    apt-get download docker.io containerd runc tini busybox-static libdevmapper1.02.1 libseccomp2
+    for f in *.deb; do dpkg -x "$f" x; done
+    mkdir -p b/bin b/lib; cp x/usr/sbin/dockerd x/usr/bin/docker x/usr/bin/containerd x/usr/bin/containerd-shim-runc-v2 \
+      x/usr/sbin/runc x/bin/busybox b/bin/; cp x/usr/bin/tini-static b/bin/docker-init
+    cp -a x/lib/x86_64-linux-gnu/libdevmapper* x/usr/lib/x86_64-linux-gnu/libseccomp* b/lib/
+    tar -C b -cf - . | xz -9e > docker-bin.tar.xz      # 36 MiB, one carry
+
 Every step is a shell command whose rc and output are recorded as they came; nothing is judged here but the
 summary's yes/no per question, read from those outputs. Run as root on the lent machine (it mounts, makes a
 cgroup and starts dockerd under /tmp/ctp and stops everything it started, by PID).
