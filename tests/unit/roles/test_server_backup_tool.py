@@ -2,8 +2,9 @@
 by member against its manifest before a restore touches anything (a missing, truncated, altered, incomplete or
 foreign archive is refused, naming the file and what is wrong), retention keeps the newest, a restore of another
 GPUStack version is refused before the database is asked, and restored files are written atomically, 0600.
-The dump and restore themselves run against real PostgreSQL and GPUStack in
-tests/integration/gpustack/test_backup_restore.py."""
+The role's install entry point runs through Ansible on localhost (tmp paths, no timer): root-only files, check mode,
+a second run changed=0, bad settings refused before anything is written. The dump and restore themselves run
+against real PostgreSQL and GPUStack in tests/integration/gpustack/test_backup_restore.py."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import io
 import json
 import os
 import stat
+import subprocess
+import sys
 import tarfile
 
 import pytest
 
-from lab.ansible_runner import REPO
+from lab.ansible_runner import REPO, run_playbook
 
 TOOL = REPO / "roles" / "server_backup" / "files" / "pairserve_server_backup.py"
 
@@ -138,3 +141,83 @@ def test_the_configuration_names_what_it_lacks(tmp_path):
     cfg.write_text(json.dumps({"backup_dir": "/x", "keep": 1}))
     with pytest.raises(tool.Refused, match="lacks db_name, data_dir, data_files, secrets_dir"):
         tool.load_config(str(cfg))
+
+
+# -- the role's install entry point on localhost, with every path under tmp and no timer (no systemd here) ----------
+
+def install(tmp_path, check=False, **extra):
+    play_vars = {"ansible_python_interpreter": sys.executable, "pairserve_gpustack_version": "2.2.3",
+                 "pairserve_backup_schedule": "", "pairserve_backup_dir": str(tmp_path / "backups" / "server"),
+                 "pairserve_backup_tool": str(tmp_path / "sbin" / "pairserve-server-backup"),
+                 "pairserve_backup_config": str(tmp_path / "etc" / "server-backup.json"),
+                 "pairserve_backup_restore_record": str(tmp_path / "state" / "server-restore.json"),
+                 "pairserve_gpustack_server_data_dir": str(tmp_path / "data"),
+                 "pairserve_gpustack_secrets_dir": str(tmp_path / "secrets"), **extra}
+    playbook = tmp_path / "install.yml"
+    playbook.write_text(json.dumps([{"name": "server_backup main", "hosts": "localhost", "gather_facts": False,
+                                     "connection": "local", "vars": play_vars, "tasks": [
+                                         {"name": "Install the backups",
+                                          "ansible.builtin.include_role": {"name": "pairserve.llm.server_backup"}}]}]))
+    return run_playbook(playbook, check=check, timeout=300)
+
+
+def changed(result):
+    return [r["_task"] for r in result.results if r.get("changed")]
+
+
+def test_install_writes_a_root_only_tool_and_configuration_then_changes_nothing(tmp_path):
+    planned = install(tmp_path, check=True)
+    assert planned.rc == 0 and changed(planned) and not (tmp_path / "backups").exists(), planned.stdout[-3000:]
+    first = install(tmp_path)
+    assert first.rc == 0 and changed(first), first.stdout[-3000:]
+    tool_file = tmp_path / "sbin" / "pairserve-server-backup"
+    assert tool_file.read_text().startswith("#!/usr/bin/python3\n") and stat.S_IMODE(tool_file.stat().st_mode) == 0o755
+    config = json.loads((tmp_path / "etc" / "server-backup.json").read_text())
+    assert config["data_dir"] == str(tmp_path / "data") and config["db_name"] == "gpustack" and config["keep"] == 14
+    assert config["data_files"] == ["jwt_secret_key", "token"] and config["gpustack_version"] == "2.2.3"
+    assert stat.S_IMODE((tmp_path / "etc" / "server-backup.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "backups" / "server").stat().st_mode) == 0o700
+    for again in (install(tmp_path, check=True), install(tmp_path)):
+        assert again.rc == 0 and changed(again) == [], changed(again)
+    # The installed tool is the collection's: it answers.
+    out = subprocess.run([sys.executable, str(tool_file), "verify", str(tmp_path / "none.tar.gz")], capture_output=True,
+                         text=True, check=False)
+    assert out.returncode == 2 and "no such backup file" in out.stderr
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("pairserve_backup_schedule", "every tuesday-ish", "is not a systemd calendar event"),
+    ("pairserve_backup_dir", "/backups", "must be an absolute path at least two levels deep"),
+])
+def test_bad_settings_are_refused_before_anything_is_written(tmp_path, variable, value, message):
+    refused = install(tmp_path, **{variable: value})
+    assert refused.rc != 0 and "localhost" in refused.stdout and variable in refused.stdout, refused.stdout[-3000:]
+    assert message in refused.stdout, refused.stdout[-3000:]
+    assert changed(refused) == [] and not (tmp_path / "sbin").exists() and not (tmp_path / "etc").exists()
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "another version"])
+def test_restore_yml_refuses_a_bad_archive_on_the_controller_before_the_node_is_touched(tmp_path, fault):
+    """playbooks/restore.yml judges the archive where it lies, before the first task on the server node."""
+    path = tmp_path / "pairserve-server-backup-20261206T031500000000Z.tar.gz"
+    if fault == "corrupt":
+        whole = archive(tmp_path / "whole.tar.gz").read_bytes()
+        path.write_bytes(whole[: len(whole) // 2])
+        said = f"node-a: pairserve_backup_restore_file cannot be restored: {path}: not a readable pairserve server backup"
+    else:
+        archive(path, version="2.1.0")
+        said = f"node-a: {path} was taken from GPUStack 2.1.0, pairserve_gpustack_version is 2.2.3"
+    inventory = tmp_path / "hosts.json"
+    inventory.write_text(json.dumps({"all": {"children": {"gpustack_server": {"hosts": {"node-a": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "pairserve_gpustack_version": "2.2.3",
+        # every path the role could write under tmp, no timer: a regression of the order touches nothing here
+        "pairserve_backup_schedule": "", "pairserve_backup_dir": str(tmp_path / "backups" / "server"),
+        "pairserve_backup_tool": str(tmp_path / "sbin" / "pairserve-server-backup"),
+        "pairserve_backup_config": str(tmp_path / "etc" / "server-backup.json"),
+        "pairserve_backup_restore_record": str(tmp_path / "state" / "server-restore.json")}}}}}}))
+    refused = run_playbook(REPO / "playbooks" / "restore.yml", inventory=inventory,
+                           extra_vars={"pairserve_backup_restore_file": str(path)}, timeout=300)
+    assert refused.rc != 0, refused.stdout[-3000:]
+    assert said in " ".join(refused.stdout.split()), refused.stdout[-3000:]
+    assert "Nothing was changed" in refused.stdout and changed(refused) == []
+    assert not [p.name for p in tmp_path.iterdir() if p.name in ("backups", "sbin", "etc", "state")]
