@@ -54,8 +54,8 @@ options:
   settle:
     description:
       - Successful requests in a row after a window that end the measurement.
-      - V(0) never ends it on recovery: a watch, which runs until O(stop_file) or O(max_seconds) (the maintenance
-        plays watch the route this way while a node is drained, reading O(status_file) between their steps).
+      - V(0) never ends it on recovery, which makes it a watch that runs until O(stop_file) or O(max_seconds) (the
+        maintenance plays watch the route this way while a node is drained, reading O(status_file) between their steps).
     type: int
     default: 3
   status_file:

@@ -26,8 +26,8 @@ GUARD = "pairserve.llm.uninstall : Refuse to run without pairserve_uninstall_con
 CONFIRM_CHECK = "pairserve.llm.uninstall : Validating arguments against arg spec 'confirm'"
 
 # The roles that change the nodes, so need a way back; each of the others only checks or reports, with the reason.
-INSTALLS = {"checkpoint", "controller", "gpustack_install", "gpustack_server", "gpustack_worker", "node_venv",
-            "replica", "route", "runner_image", "server_backup", "verify"}
+INSTALLS = {"checkpoint", "controller", "firewall", "gpustack_install", "gpustack_server", "gpustack_worker",
+            "node_venv", "replica", "route", "runner_image", "server_backup", "verify"}
 READ_ONLY = {
     "bench": "measures through the route; reports on the controller",
     "power": "samples the GPUs' power; reports on the controller",
@@ -128,7 +128,8 @@ def test_the_removals_come_in_order():
     order = [("controller", "absent"), ("route", "absent"), ("replica", "absent"), ("runner_image", "absent"),
              ("gpustack_server", "absent_api_keys"), ("verify", "absent"), ("gpustack_worker", "absent"),
              ("server_backup", "absent"), ("gpustack_server", "absent"),
-             ("gpustack_install", "absent"), ("node_venv", "absent"), ("checkpoint", "absent")]
+             ("gpustack_install", "absent"), ("node_venv", "absent"), ("checkpoint", "absent"),
+             ("firewall", "absent")]  # last: nothing of the service is left on the node to guard
     positions = [position(role, entry) for role, entry in order]
     assert positions == sorted(positions), dict(zip(order, positions))
     # The route before the replicas (models) before the worker before the server, each on its hosts.

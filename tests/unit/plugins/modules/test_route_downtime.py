@@ -233,7 +233,9 @@ def test_a_drained_maintenance_stops_when_the_routes_other_targets_stop_answerin
                                                                "tasks_from": tasks_from}}
     box = {}
     thread = threading.Thread(target=lambda: box.update(res=run_local_play(tmp_path, "Watch", [
-        {"name": "The server's port", "ansible.builtin.set_fact": {"pairserve_gpustack_api_port": port}},
+        # what connect.yml leaves on the server host (hostvars): its port and its inference key
+        {"name": "The server's port", "ansible.builtin.set_fact": {"pairserve_gpustack_api_port": port,
+                                                                   "pairserve_gpustack_inference_key": KEY}},
         {"name": "Drained", "block": [
             step("Start", "watch_start"),
             {"name": "Let it answer", "ansible.builtin.wait_for": {"path": str(status), "timeout": 30}},
