@@ -143,7 +143,6 @@ def test_api_keys_are_scoped(node_a, secrets):
         (NODE_A, "/etc/pairserve/firewall.nft", 0o600, "root", "root"),
         (NODE_B, "/etc/pairserve/firewall.nft", 0o600, "root", "root"),
         (NODE_A, "/etc/pairserve/tls/gpustack.key", 0o600, "root", "root"),
-        (NODE_A, "/etc/pairserve/tls/plain-port.nft", 0o600, "root", "root"),
     ],
 )
 def test_secret_files_are_private(node, path, mode, owner, group):
