@@ -145,7 +145,7 @@ def test_the_configuration_names_what_it_lacks(tmp_path):
 
 # -- the role's install entry point on localhost, with every path under tmp and no timer (no systemd here) ----------
 
-def install(tmp_path, check=False, **extra):
+def install(tmp_path, check=False, entry="main", **extra):
     play_vars = {"ansible_python_interpreter": sys.executable, "pairserve_gpustack_version": "2.2.3",
                  "pairserve_backup_schedule": "", "pairserve_backup_dir": str(tmp_path / "backups" / "server"),
                  "pairserve_backup_tool": str(tmp_path / "sbin" / "pairserve-server-backup"),
@@ -157,7 +157,8 @@ def install(tmp_path, check=False, **extra):
     playbook.write_text(json.dumps([{"name": "server_backup main", "hosts": "localhost", "gather_facts": False,
                                      "connection": "local", "vars": play_vars, "tasks": [
                                          {"name": "Install the backups",
-                                          "ansible.builtin.include_role": {"name": "pairserve.llm.server_backup"}}]}]))
+                                          "ansible.builtin.include_role": {"name": "pairserve.llm.server_backup",
+                                                                           "tasks_from": entry}}]}]))
     return run_playbook(playbook, check=check, timeout=300)
 
 
@@ -165,7 +166,7 @@ def changed(result):
     return [r["_task"] for r in result.results if r.get("changed")]
 
 
-def test_install_writes_a_root_only_tool_and_configuration_then_changes_nothing(tmp_path):
+def test_install_writes_root_only_files_changes_nothing_the_second_time_and_absent_removes_them(tmp_path):
     planned = install(tmp_path, check=True)
     assert planned.rc == 0 and changed(planned) and not (tmp_path / "backups").exists(), planned.stdout[-3000:]
     first = install(tmp_path)
@@ -177,12 +178,28 @@ def test_install_writes_a_root_only_tool_and_configuration_then_changes_nothing(
     assert config["data_files"] == ["jwt_secret_key", "token"] and config["gpustack_version"] == "2.2.3"
     assert stat.S_IMODE((tmp_path / "etc" / "server-backup.json").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "backups" / "server").stat().st_mode) == 0o700
-    for again in (install(tmp_path, check=True), install(tmp_path)):
-        assert again.rc == 0 and changed(again) == [], changed(again)
+    again = install(tmp_path)
+    assert again.rc == 0 and changed(again) == [], changed(again)
     # The installed tool is the collection's: it answers.
     out = subprocess.run([sys.executable, str(tool_file), "verify", str(tmp_path / "none.tar.gz")], capture_output=True,
                          text=True, check=False)
     assert out.returncode == 2 and "no such backup file" in out.stderr
+
+    # absent: the tool, its configuration and the restore record go; the archives stay unless asked.
+    (tmp_path / "backups" / "server" / "pairserve-server-backup-20261206T031500000000Z.tar.gz").write_text("x")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "server-restore.json").write_text("{}")
+    kept = install(tmp_path, entry="absent")
+    assert kept.rc == 0 and changed(kept), kept.stdout[-3000:]
+    # The record's directory went with its last file; the tool's and the configuration's (system directories on a
+    # node, /etc/pairserve going with the server's secrets) stay empty.
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name in ("backups", "sbin", "etc", "state")) == [
+        "backups", "etc", "sbin"]
+    assert not list((tmp_path / "sbin").iterdir()) and not list((tmp_path / "etc").iterdir())
+    assert list((tmp_path / "backups" / "server").iterdir())
+    purged = install(tmp_path, entry="absent", pairserve_backup_absent_archives=True)
+    assert purged.rc == 0 and changed(purged) == ["Remove the archives"], changed(purged)
+    assert not (tmp_path / "backups" / "server").exists()
 
 
 @pytest.mark.parametrize("variable, value, message", [
