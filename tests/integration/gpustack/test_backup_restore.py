@@ -10,9 +10,9 @@ the same route, model, API keys and worker records come back: the old inference 
 session worker's own token authenticates (a worker needs nothing new), and B kept A's jwt_secret_key. A rerun of
 restore.yml changes nothing and does not restart B.
 
-Cost: about 90 s on the session's server and worker (2 cores, 2026-12-06: backup 16 s, check mode and refusal
-18 s, a fresh PostgreSQL + restore + GPUStack start on the restored database 28 s, the rerun 16 s), five
-ansible-playbook runs and one GPUStack start.
+Cost: 90 to 150 s on the session's server and worker (2 cores shared with other work, load 3 to 5, 2026-12-06:
+backup 9-21 s, check mode and refusal 13-35 s, a fresh PostgreSQL + restore + GPUStack start on the restored
+database 28-59 s, the rerun 16-25 s): five ansible-playbook runs and one GPUStack start.
 """
 
 from __future__ import annotations
