@@ -107,11 +107,11 @@ def test_a_503_counts_as_down_and_a_stop_file_ends_a_measurement(tmp_path):
     stop.write_text("")  # a stale one from an interrupted run: removed at start, must not end this run
     thread, box = in_background(args(port, stop_file=str(stop), settle=1000))
     try:
-        time.sleep(2.5)
+        wait_served()  # the module runs (its start takes seconds on a loaded machine)
         Route.status = 503
         time.sleep(1.0)
         Route.status = 200
-        time.sleep(1.0)
+        wait_served(2)
         stop.write_text("")
         thread.join(60)
     finally:
