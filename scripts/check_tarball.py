@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Fail when the collection's tarball carries a file galaxy.yml's build_ignore keeps out (the one list of what does
 not ship: caches and state, the lab, the development and CI tools, the GPU proofs, the benchmarks).
 

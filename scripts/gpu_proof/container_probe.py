@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Can the lent GPU machine run the worker's container runtime? (issue 41 part 2's probe; docs/gpu-proof.md)
 
     container_probe.py static --out FILE                  what the VM offers: cgroups, overlay, fuse, namespaces,
