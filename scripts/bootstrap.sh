@@ -19,6 +19,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The downloaded .deb files are not needed again; the suite's disk is a budget (the vLLM venvs and images).
+  apt-get clean
   # The tests start their own PostgreSQL clusters on private ports; the distribution's default one is not used.
   if command -v pg_lsclusters >/dev/null; then
     pg_lsclusters -h 2>/dev/null | awk '{print $1, $2}' | while read -r v c; do pg_ctlcluster "$v" "$c" stop 2>/dev/null || true; done

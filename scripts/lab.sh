@@ -894,6 +894,12 @@ pairserve_runtime_health_image_digest: "$(cat "$state/runtime-health.digest")"
 VARS
 }
 
+disk_report() {  # disk_report <when>: free space where the nodes keep their data, and what the lab's stores hold
+  local free
+  free=$(df -B1M --output=avail /var/lib | tail -n 1 | tr -d ' ')
+  echo "lab: disk $1: $((free / 1024)) GiB free under /var/lib (the nodes' checkpoint caches); build caches $(du -sh .cache 2>/dev/null | cut -f1), podman $(du -sh /var/lib/containers/storage 2>/dev/null | cut -f1)"
+}
+
 start() {  # everything before the first converge; molecule default's create step runs this too
   mkdir -p "$state"
   phase caches bash scripts/build_caches.sh || return
@@ -906,6 +912,7 @@ start() {  # everything before the first converge; molecule default's create ste
   # The CA and certificate GPUStack serves HTTPS with (inventory/lab/group_vars/all/tls.yml names them).
   phase "lab CA" python -m lab.tls "$state/tls" || return
   phase nodes start_nodes || return
+  disk_report "before the first converge"
   # Before anything is installed: what uninstall.yml is held to (scripts/lab.sh test, "uninstall").
   [ -e "$state/converge-1.log" ] || snapshot_fresh_nodes
 }
@@ -913,8 +920,9 @@ start() {  # everything before the first converge; molecule default's create ste
 up() {  # the main job: the lab serving through the route, verified; ends by printing the endpoint
   local start=$SECONDS
   start || return
-  phase "first converge" converge "$state/converge-1.log" || return
+  phase "first converge" converge "$state/converge-1.log" || { local rc=$?; disk_report "after the failed converge"; return "$rc"; }
   lab_up_took=$((SECONDS - start))
+  disk_report "after the first converge"
   local k slowest="first converge" phases=(caches "replica image" "runtime stand-ins" "host services" registry
     "GPU stand-ins" "worker tools" nodes "first converge")
   for k in "${phases[@]}"; do [ "${took[$k]}" -le "${took[$slowest]}" ] || slowest=$k; done
