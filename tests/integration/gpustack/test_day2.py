@@ -320,6 +320,9 @@ def day2(gpustack_server, tmp_path_factory):
                 # The verify record would go to the GPUStack server host, here this machine's /var/lib/pairserve.
                 "pairserve_verify_record_path": "",
                 "pairserve_maintenance_drain_poll": 1,
+                # The replicas here never serve, so the route answers nothing: the watch of each drained node is
+                # started and read as on a site, and ends at once when told to (on a site it waits up to 30 s).
+                "pairserve_maintenance_watch_stop_grace": 0,
             },
         }
     }
