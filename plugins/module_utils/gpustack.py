@@ -550,6 +550,24 @@ def ensure_absent(module, client, result, kind, path, name, existing, shown=None
     module.exit_json(**result)
 
 
+def value_authenticates(client, value):
+    """True when API key ``value`` is live on ``client``'s server: GPUStack answers 200, or 403 for a key whose scope
+    excludes /v2 (an inference key). GPUStack 2.2.3 checks a bearer key against its database on every request
+    (api/auth.py get_user_from_api_token; the lookup cache is dropped when the key is deleted), so a deleted key is
+    refused at once."""
+    probe = GpuStackClient(client.base_url, api_key=value, timeout=client.timeout,
+                           validate_certs=client.validate_certs, retries=client.retries, ca_path=client.ca_path)
+    try:
+        probe.get("/v2/users/me")
+    except GpuStackError as err:
+        if err.status == 403:
+            return True
+        if err.status == 401:
+            return False
+        raise
+    return True
+
+
 def fail(module, err, action):
     """fail_json quoting the server's own message and keeping the HTTP status for playbooks."""
     module.fail_json(msg="%s: %s" % (action, err), **err.to_result())

@@ -25,6 +25,13 @@ options:
       - Name of the API key, unique per user.
     type: str
     required: true
+  alternate_name:
+    description:
+      - A second name the key may carry. M(pairserve.llm.gpustack_api_key_rotation) creates a rotated key under
+        whichever of O(name) and O(alternate_name) is free, so after a rotation the key may live under either.
+      - When only the key named O(alternate_name) exists, it is the key this module manages; when both exist a
+        rotation is half done and the module fails, naming the play that finishes it. O(state=absent) removes both.
+    type: str
   value:
     description:
       - The secret itself. GPUStack stores only a hash of it.
@@ -138,12 +145,14 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     GPUSTACK_REQUIRED_ONE_OF,
     GpuStackClient,
     GpuStackError,
+    absent_diff,
     ensure_absent,
     fail,
     field_diff,
     gpustack_argument_spec,
     path_id,
     present_diff,
+    value_authenticates,
 )
 
 PUBLIC_KEYS = ("id", "name", "description", "scope", "allowed_model_names", "expires_at", "is_custom")
@@ -154,25 +163,11 @@ def _public(key):
     return {k: key.get(k) for k in PUBLIC_KEYS if k in key} if key else {}
 
 
-def _value_authenticates(client, value):
-    """True when `value` is a live key: GPUStack answers 200, or 403 for a key whose scope excludes /v2."""
-    probe = GpuStackClient(client.base_url, api_key=value, timeout=client.timeout,
-                           validate_certs=client.validate_certs, retries=client.retries, ca_path=client.ca_path)
-    try:
-        probe.get("/v2/users/me")
-    except GpuStackError as err:
-        if err.status == 403:
-            return True
-        if err.status == 401:
-            return False
-        raise
-    return True
-
-
 def main():
     spec = gpustack_argument_spec()
     spec.update(
         name={"type": "str", "required": True},
+        alternate_name={"type": "str"},
         value={"type": "str", "no_log": True},
         description={"type": "str"},
         scope={"type": "list", "elements": "str", "choices": ["*", "management", "inference"], "default": ["*"]},
@@ -190,15 +185,34 @@ def main():
     if p["state"] == "present" and not p["scope"]:
         module.fail_json(msg="scope is empty: a key needs at least one of '*', 'management', 'inference'")
 
+    alternate = p["alternate_name"]
+    if alternate == name:
+        module.fail_json(msg="alternate_name is %r, the same as name: give the rotation's second name" % name)
     try:
         client = GpuStackClient.from_module(module)
         existing = client.find("/v2/api-keys", name)
+        other = client.find("/v2/api-keys", alternate) if alternate else None
     except GpuStackError as err:
         fail(module, err, "cannot read GPUStack API keys")
 
     if p["state"] == "absent":
+        if other:
+            result.update(changed=True, diff=absent_diff("API key %s" % alternate, _public(other)))
+            if not module.check_mode:
+                try:
+                    client.delete(path_id("/v2/api-keys", other["id"]))
+                except GpuStackError as err:
+                    fail(module, err, "cannot delete GPUStack API key %r" % alternate)
         ensure_absent(module, client, result, "API key", "/v2/api-keys", name, existing,
                       _public(existing) if existing else None)
+
+    # playbooks/rotate.yml moves a key between its two names: the one that exists is the key.
+    if existing and other:
+        module.fail_json(msg="GPUStack API keys %r (id %s) and %r (id %s) both exist: a rotation of this key is half done. "
+                             "Finish it with playbooks/rotate.yml and the key's tag (docs/how-to/rotate-credentials.md), "
+                             "then run this again." % (name, existing["id"], alternate, other["id"]))
+    if other:
+        existing, name = other, alternate
 
     desired = {"name": name, "description": p["description"], "scope": sorted(p["scope"]),
                "allowed_model_names": p["allowed_model_names"]}
@@ -207,7 +221,7 @@ def main():
     replace = False
     if existing and p["value"] is not None:
         try:
-            replace = not _value_authenticates(client, p["value"])
+            replace = not value_authenticates(client, p["value"])
         except GpuStackError as err:
             fail(module, err, "cannot check the value of GPUStack API key %r" % name)
     # An empty allowed_model_names means "no restriction"; GPUStack stores that as null.
