@@ -329,3 +329,52 @@ def problems(cert_pem, key_pem, ca_pem=None, names=(), now=None, warn_days=30):
     if cas is not None:
         _check_ca(out, chain, cas, names, now, chain_ok)
     return out
+
+
+def expiry(cert_pem, ca_pem=None, now=None, warn_days=30):
+    """Days left on the certificate a server serves and on the CA(s) its clients trust (the status play).
+
+    cert_pem: the certificate file the server serves, PEM text (the leaf first).
+    ca_pem: the CA certificate(s) the workers trust, PEM text; None or empty: not reported.
+    now: the time to count from (default: the current time; a naive datetime is UTC).
+    warn_days: a certificate with fewer days left than this is a warning; an expired one is a problem.
+
+    Returns a dict:
+      certificates: one {"what", "subject", "not_after" (ISO 8601 UTC), "days_left"} per certificate, the leaf
+        first (what: "certificate"), then each CA (what: "CA");
+      lines: one line of text per certificate;
+      warnings: a line per certificate with fewer than warn_days days left;
+      problems: a line per certificate that has expired, or text that holds no certificate.
+    days_left counts whole days, rounded down (negative once expired).
+    Raises TLSError when the cryptography package is missing.
+    """
+    if CRYPTOGRAPHY_IMPORT_ERROR is not None:
+        raise TLSError("reading the certificates needs the Python package cryptography on the Ansible controller "
+                       "(pip install cryptography): %s" % CRYPTOGRAPHY_IMPORT_ERROR)
+    now = _utc(now or datetime.datetime.now(datetime.timezone.utc))
+    out = {"certificates": [], "lines": [], "warnings": [], "problems": []}
+    parts = [("certificate", _text(cert_pem))]
+    if _text(ca_pem) is not None:
+        parts.append(("CA", _text(ca_pem)))
+    for what, pem in parts:
+        if pem is None:
+            out["problems"].append("the HTTPS %s: no PEM text to read" % what)
+            continue
+        certs = _certs(pem)
+        if isinstance(certs, str):
+            out["problems"].append("the HTTPS %s %s" % (what, certs))
+            continue
+        for cert in certs if what == "CA" else certs[:1]:
+            after = _validity(cert)[1]
+            days = int((after - now).total_seconds() // 86400)
+            row = {"what": what, "subject": _subject(cert), "not_after": after.isoformat(), "days_left": days}
+            out["certificates"].append(row)
+            line = "HTTPS %s %s: %s, until %s" % (what, row["subject"], "%d day(s) left" % days if days >= 0
+                                                  else "EXPIRED", _date(after))
+            out["lines"].append(line)
+            if after <= now:
+                out["problems"].append(line)
+            elif days < warn_days:
+                out["warnings"].append("%s (fewer than %d days: rotate it, docs/how-to/rotate-credentials.md)"
+                                       % (line, warn_days))
+    return out

@@ -10,12 +10,17 @@ tests/fixtures/nvml/), models with `gpu_selector` and a pinned `backend_version`
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import re
 import socket
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from ansible_collections.pairserve.llm.plugins.module_utils import status
 from lab import pins
@@ -350,3 +355,39 @@ def test_the_play_asks_each_worker_and_names_the_node_whose_worker_is_down(tmp_p
                      run.stdout, re.M), run.stdout[-3000:]
     assert "unreachable (GPUStack: ready)" in run.stdout and "unreachable (GPUStack: running)" in run.stdout
     assert recap(run.stdout)["node-a"]["changed"] == 0
+
+
+# -- the HTTPS certificate the server serves, and its CA -------------------------------------------------------------
+
+def self_signed(cn: str, days: float, ca: bool = False) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=400))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_the_play_shows_days_left_warns_under_the_threshold_and_fails_on_an_expired_certificate(tmp_path, fake):
+    hosts = inventory(tmp_path, fake.port)
+    tls_dir, ca_file = tmp_path / "tls", tmp_path / "ca.crt"
+    tls_dir.mkdir()
+    ca_file.write_text(self_signed("pairserve test CA", 3650.5, ca=True))
+    (tls_dir / "gpustack.crt").write_text(self_signed("node-a", 10.5))
+    extra = {"pairserve_gpustack_tls_dir": str(tls_dir), "pairserve_gpustack_tls_ca_file": str(ca_file)}
+    soon = run_playbook(STATUS, inventory=hosts, extra_vars=extra)
+    assert soon.rc == 0, soon.stdout[-4000:]
+    assert "HTTPS certificate CN=node-a: 10 day(s) left" in soon.stdout, soon.stdout[-3000:]
+    assert "HTTPS CA CN=pairserve test CA: 3650 day(s) left" in soon.stdout
+    assert re.search(r"WARNING, HTTPS certificate expires soon:\n\s+- HTTPS certificate CN=node-a: 10 day\(s\) left",
+                     soon.stdout), soon.stdout[-3000:]
+    assert "CN=pairserve test CA: 3650 day(s) left, until" in soon.stdout and "fewer than 30 days: rotate" in soon.stdout
+    # The threshold is the inventory's; an expired certificate is down.
+    calm = run_playbook(STATUS, inventory=hosts, extra_vars=dict(extra, pairserve_tls_warn_days=7))
+    assert calm.rc == 0 and "WARNING, HTTPS" not in calm.stdout, calm.stdout[-3000:]
+    (tls_dir / "gpustack.crt").write_text(self_signed("node-a", -1.5))
+    expired = run_playbook(STATUS, inventory=hosts, extra_vars=extra)
+    assert expired.rc == 2, expired.stdout[-3000:]
+    assert re.search(r"Down:\n\s+- HTTPS certificate CN=node-a: EXPIRED, until", expired.stdout), expired.stdout[-3000:]
