@@ -3,6 +3,7 @@
 
     python -m lab.route_load --url http://127.0.0.1:30080 --model qwen --key-file KEYFILE \\
         --summary .lab/upgrade/load.json [--concurrency 2] [--max-seconds 1800] [--max-requests N]
+        [--follow-key-file] [--ca-file CA]
 
 Sends small chat completions (a short prompt, a few output tokens) back to back from --concurrency threads
 until SIGTERM/SIGINT, --max-seconds or --max-requests, like an application that keeps using the service while
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -72,18 +74,21 @@ class Tally:
                     "latency_s": {"p50": pct(0.5), "p95": pct(0.95), "max": lat[-1] if lat else None}}
 
 
-def one_request(url: str, model: str, key: str, prompt: str, max_tokens: int, timeout: float) -> tuple[str | None, str]:
-    """(failure class or None, detail) of one chat completion."""
+def one_request(url: str, model: str, key: str, prompt: str, max_tokens: int, timeout: float,
+                ca_file: Path | None = None) -> tuple[str | None, str]:
+    """(failure class or None, detail) of one chat completion; an https URL is verified against ca_file (read for
+    this request, so a CA file replaced meanwhile counts from the next request) or the system's trust store."""
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
                        "max_tokens": max_tokens, "temperature": 0}).encode()
     req = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", data=body, method="POST",
                                  headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        context = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             answer = json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as err:
         return "http_%d" % err.code, err.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as err:  # refused, reset, timeout
+    except (urllib.error.URLError, OSError) as err:  # refused, reset, timeout, a certificate refused
         return "connection", str(getattr(err, "reason", err))
     except ValueError as err:
         return "bad_json", str(err)
@@ -105,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="base URL of the OpenAI-compatible API (127.0.0.1 in the lab)")
     parser.add_argument("--model", required=True, help="the route (model) name")
     parser.add_argument("--key-file", required=True, type=Path, help="file holding the inference API key")
+    parser.add_argument("--follow-key-file", action="store_true",
+                        help="read the key file again before each request (a client moved to a rotated key)")
+    parser.add_argument("--ca-file", type=Path, help="CA file an https URL is verified against, read for each request")
     parser.add_argument("--summary", required=True, type=Path, help="JSON summary written here")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--max-seconds", type=float, default=1800.0, help="stop after this long in any case")
@@ -125,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     if not key:
         parser.error("the key file %s is empty" % args.key_file)
 
+    def current_key() -> str:
+        # The file is replaced atomically by whoever moves the client; an unreadable moment keeps the last key.
+        try:
+            return args.key_file.read_text().strip() or key
+        except OSError:
+            return key
+
     tally = Tally()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -144,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.prompt_words:
                 # Different context per request, so prefix caching cannot make the long prompts cheap.
                 prompt = " ".join("w%d.%d" % (i, k) for k in range(args.prompt_words)) + "\n\n" + prompt
-            failure, detail = one_request(args.url, args.model, key, prompt, args.max_tokens, args.timeout)
+            failure, detail = one_request(args.url, args.model, current_key() if args.follow_key_file else key, prompt,
+                                          args.max_tokens, args.timeout, args.ca_file)
             tally.record(time.monotonic() - start, failure, detail)
             i += args.concurrency
             stop.wait(args.pause)

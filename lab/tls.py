@@ -10,6 +10,8 @@ reaches the server at the host's address).
 
     python -m lab.tls DIR          write DIR/ca.crt, DIR/gpustack.crt, DIR/gpustack.key (0600), once per DIR
     python -m lab.tls --ca DIR     write a CA of its own (DIR/ca.crt, DIR/ca.key): the "unknown CA" of the tests
+    python -m lab.tls --renew DIR  a new server certificate and key from DIR's CA (the rotation scenario, same CA)
+    python -m lab.tls --next-ca DIR   a new CA and a server certificate from it in DIR/next/ (rotation, new CA)
 
 Written atomically; nothing is replaced when the files are there (a lab that is up keeps its certificate).
 """
@@ -92,6 +94,8 @@ def write_server_material(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     ca_cert, ca_key = make_ca("pairserve lab CA")
     cert, key = make_server(ca_cert, ca_key, ["localhost", "node-a"], host_addresses())
+    # Kept for the rotation scenario's certificate from the same CA (--renew).
+    _write(directory / "ca.key", _key_pem(ca_key), 0o600)
     _write(directory / "gpustack.key", _key_pem(key), 0o600)
     _write(directory / "gpustack.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
     _write(directory / "ca.crt", ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
@@ -104,12 +108,43 @@ def write_other_ca(directory: Path) -> None:
     _write(directory / "ca.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
 
+def renew_server(directory: Path) -> None:
+    """A new server certificate and key signed by DIR/ca.crt with DIR/ca.key, over DIR/gpustack.crt and .key."""
+    ca_cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), password=None)
+    cert, key = make_server(ca_cert, ca_key, ["localhost", "node-a"], host_addresses())
+    _write(directory / "gpustack.key", _key_pem(key), 0o600)
+    _write(directory / "gpustack.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
+
+
+def write_next_ca(directory: Path) -> None:
+    """A new CA and a server certificate from it in DIR/next/, for the rotation to a new CA."""
+    target = directory / "next"
+    target.mkdir(parents=True, exist_ok=True)
+    ca_cert, ca_key = make_ca("pairserve lab CA (next)")
+    cert, key = make_server(ca_cert, ca_key, ["localhost", "node-a"], host_addresses())
+    _write(target / "ca.key", _key_pem(ca_key), 0o600)
+    _write(target / "ca.crt", ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    _write(target / "gpustack.key", _key_pem(key), 0o600)
+    _write(target / "gpustack.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ca", action="store_true", help="write a CA of its own only")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--ca", action="store_true", help="write a CA of its own only")
+    mode.add_argument("--renew", action="store_true", help="a new server certificate from DIR's CA")
+    mode.add_argument("--next-ca", action="store_true", help="a new CA and a server certificate from it in DIR/next/")
     parser.add_argument("directory", type=Path)
     args = parser.parse_args(argv)
-    (write_other_ca if args.ca else write_server_material)(args.directory)
+    if args.ca:
+        write_other_ca(args.directory)
+    elif args.renew:
+        renew_server(args.directory)
+    elif args.next_ca:
+        write_next_ca(args.directory)
+    else:
+        write_server_material(args.directory)
     return 0
 
 
