@@ -115,12 +115,14 @@ stop_pid() {  # stop_pid <pidfile>: SIGTERM, wait, SIGKILL; only the process we 
 
 # -- day 2 on the lab: upgrade and hardware swap, each under a bounded request loop on the route ----------
 
-start_load() {  # start_load <dir>: the request loop in the background, its key copied root-only from node-a
-  local dir=$1
+start_load() {  # start_load <dir> [url [loop args...]]: the request loop in the background, its key copied root-only from node-a
+  local dir=$1 url=${2:-http://127.0.0.1:30080}
+  shift
+  [ $# -eq 0 ] || shift
   mkdir -p "$dir"
   (umask 077 && podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key >"$dir/key")
-  setsid python -m lab.route_load --url http://127.0.0.1:30080 --model qwen --key-file "$dir/key" \
-    --summary "$dir/load.json" --concurrency 2 --max-seconds 2400 >"$dir/load.log" 2>&1 &
+  setsid python -m lab.route_load --url "$url" --model qwen --key-file "$dir/key" \
+    --summary "$dir/load.json" --concurrency 2 --max-seconds 2400 "$@" >"$dir/load.log" 2>&1 &
   echo $! >"$dir/load.pid"
 }
 
@@ -448,6 +450,59 @@ json.dump({i["model_name"]: {"id": i["id"], "state": i["state"]} for i in items(
   echo "=== lab patch restart: site.yml again (nothing to restart: changed=0)"
   play "$dir/rerun.log" "$dir/rerun.rc" site.yml
   echo "=== lab patch restart took $((SECONDS - start)) s"
+}
+
+day2_rotate() {  # every credential of playbooks/rotate.yml rotated under the request loop, through the HTTPS front
+  # The loop stands for a client the operator moves: it reads its key file and its CA file before each request
+  # (lab/route_load.py --follow-key-file --ca-file), and the scenario moves them as the how-to says
+  # (docs/how-to/rotate-credentials.md). Each tag runs twice; the second run must change nothing. The old keys are
+  # kept root-only in the scenario's directory for the suite's 401 checks (removed by `down` with .lab/).
+  local dir=$state/rotate start=$SECONDS tls=$state/tls before k
+  mkdir -p "$dir"
+  rm -f "$dir"/*.rc "$dir"/*.jsonl "$dir"/*.log "$dir"/*.json
+  for k in management inference; do
+    (umask 077 && podman exec pairserve-lab-node-a cat "/etc/pairserve/secrets/$k-api-key" >"$dir/old-$k-key")
+  done
+  cp "$tls/ca.crt" "$dir/ca.crt"
+  # Every key made before this time is replaced (the converge made them earlier).
+  before=$(date -u +%FT%TZ)
+  sleep 1
+  start_load "$dir" https://127.0.0.1:30443 --follow-key-file --ca-file "$dir/ca.crt"
+  echo "=== lab rotate: the management key (the controller's key file moved, restarted through its handler)"
+  play "$dir/management.log" "$dir/management.rc" playbooks/rotate.yml --tags management_key -e "pairserve_rotate_before=$before"
+  play "$dir/management-rerun.log" "$dir/management-rerun.rc" playbooks/rotate.yml --tags management_key -e "pairserve_rotate_before=$before"
+  echo "=== lab rotate: the inference key, the loop (a client outside the collection) moved while both keys serve"
+  play "$dir/inference-stage.log" "$dir/inference-stage.rc" playbooks/rotate.yml --tags inference_key \
+    -e "pairserve_rotate_before=$before" -e pairserve_rotation_retire=false
+  (umask 077 && podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key >"$dir/key.new" &&
+    mv "$dir/key.new" "$dir/key")
+  play "$dir/inference.log" "$dir/inference.rc" playbooks/rotate.yml --tags inference_key -e "pairserve_rotate_before=$before"
+  play "$dir/inference-rerun.log" "$dir/inference-rerun.rc" playbooks/rotate.yml --tags inference_key -e "pairserve_rotate_before=$before"
+  echo "=== lab rotate: the registration token (GPUStack 2.2.3 cannot replace it: checked, not rotated)"
+  play "$dir/token.log" "$dir/token.rc" playbooks/rotate.yml --tags registration_token
+  echo "=== lab rotate: a new certificate from the same CA (nginx reloaded, the workers untouched)"
+  python -m lab.tls --renew "$tls"
+  play "$dir/cert-same-ca.log" "$dir/cert-same-ca.rc" playbooks/rotate.yml --tags certificate
+  play "$dir/cert-same-ca-rerun.log" "$dir/cert-same-ca-rerun.rc" playbooks/rotate.yml --tags certificate
+  echo "=== lab rotate: a new CA in three runs (both CAs trusted, the new certificate, the new CA alone)"
+  python -m lab.tls --next-ca "$tls"
+  cat "$tls/ca.crt" "$tls/next/ca.crt" >"$tls/ca.crt.new" && mv "$tls/ca.crt.new" "$tls/ca.crt"
+  cp "$tls/ca.crt" "$dir/ca.crt.new" && mv "$dir/ca.crt.new" "$dir/ca.crt"
+  play "$dir/cert-both-cas.log" "$dir/cert-both-cas.rc" playbooks/rotate.yml --tags certificate
+  (umask 077 && cp "$tls/next/gpustack.key" "$tls/gpustack.key.new") && mv "$tls/gpustack.key.new" "$tls/gpustack.key"
+  cp "$tls/next/gpustack.crt" "$tls/gpustack.crt.new" && mv "$tls/gpustack.crt.new" "$tls/gpustack.crt"
+  play "$dir/cert-new-ca.log" "$dir/cert-new-ca.rc" playbooks/rotate.yml --tags certificate
+  cp "$tls/next/ca.crt" "$dir/ca.crt.new" && mv "$dir/ca.crt.new" "$dir/ca.crt"
+  cp "$tls/next/ca.crt" "$tls/ca.crt.new" && mv "$tls/ca.crt.new" "$tls/ca.crt"
+  (umask 077 && cp "$tls/next/ca.key" "$tls/ca.key.new") && mv "$tls/ca.key.new" "$tls/ca.key"
+  rm -rf "$tls/next"
+  play "$dir/cert-old-ca-gone.log" "$dir/cert-old-ca-gone.rc" playbooks/rotate.yml --tags certificate
+  play "$dir/cert-rerun.log" "$dir/cert-rerun.rc" playbooks/rotate.yml --tags certificate
+  stop_load "$dir"
+  echo "=== lab rotate: verify.yml and status.yml read the new keys (days left on the new certificate and CA)"
+  play "$dir/verify.log" "$dir/verify.rc" playbooks/verify.yml
+  play "$dir/status.log" "$dir/status.rc" playbooks/status.yml
+  echo "=== lab rotate took $((SECONDS - start)) s"
 }
 
 day2_weights() {
@@ -1176,7 +1231,8 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
   local scenario
   day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-core}
   declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake
-    [queue_weights]=day2_weights [bench_arms]=day2_arms [patch_restart]=day2_patch_restart)
+    [queue_weights]=day2_weights [bench_arms]=day2_arms [patch_restart]=day2_patch_restart
+    [rotate]=day2_rotate)
   for scenario in ${PAIRSERVE_LAB_SCENARIOS-patch_restart}; do
     [ "$rc" -eq 0 ] || break
     [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
@@ -1200,10 +1256,11 @@ case "${1:-up}" in
   swap) day2_swap ;;
   sleepwake) day2_sleepwake ;;
   patchrestart) day2_patch_restart ;;
+  rotate) day2_rotate ;;
   weights) day2_weights ;;
   arms) day2_arms ;;
   test) lab_test ;;
   uninstall) uninstall_proof ;;
   reinstall) reinstall ;;
-  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|patchrestart|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
+  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|patchrestart|rotate|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
 esac
