@@ -32,7 +32,7 @@ def _read_ca_file(path):
         return None, "%s cannot be read on the Ansible controller (%s)" % (path, err.strerror or err)
 
 
-def tls_problems(cert_pem, key_pem, ca_pem=None, names=None, host=None, ca_file=None):
+def tls_problems(cert_pem, key_pem, ca_pem=None, names=None, host=None, ca_file=None, warn_days=30):
     cert_pem, key_pem = _pem(cert_pem, tls.CERT_VAR), _pem(key_pem, tls.KEY_VAR)
     ca_pem = _pem(ca_pem, tls.CA_VAR)
     ca_file_problem = None
@@ -47,7 +47,12 @@ def tls_problems(cert_pem, key_pem, ca_pem=None, names=None, host=None, ca_file=
         raise AnsibleFilterError("pairserve.llm.tls_problems: host: expected a host name, got %s"
                                  % type(host).__name__)
     try:
-        out = tls.problems(cert_pem, key_pem, ca_pem, names or ())
+        warn_days = int(warn_days)
+    except (TypeError, ValueError) as err:
+        raise AnsibleFilterError("pairserve.llm.tls_problems: warn_days: expected a number of days, got %r"
+                                 % (warn_days,)) from err
+    try:
+        out = tls.problems(cert_pem, key_pem, ca_pem, names or (), warn_days=warn_days)
     except tls.TLSError as err:
         raise AnsibleFilterError("pairserve.llm.tls_problems: %s" % err) from err
     if ca_file_problem and (cert_pem or key_pem):
