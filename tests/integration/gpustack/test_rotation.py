@@ -4,11 +4,12 @@ In the order an operator meets it: a run without a tag stops before anything is 
 `--tags management_key,inference_key -e pairserve_rotate_before=<now>` at -vvv replaces both keys: GPUStack refuses
 the old values (HTTP 401) and accepts the new ones, the secrets files hold the new values (root-only, the kept
 `.next` file gone), the keys carry their second names; the old and new values appear nowhere in the -vvv output nor
-in the recorded task results. The same command again changes nothing, and the bootstrap's registration
-(gpustack_api_key with alternate_name) finds the rotated keys unchanged.
+in the recorded task results. Check mode first changes nothing; the same command again changes nothing; a run cut
+short after the new value was made (its `.next` file left) is finished with that value; and the bootstrap's
+registration (gpustack_api_key with alternate_name) finds the rotated keys unchanged.
 
-Cost: 20 to 40 s on the session's server (2 cores shared, 2026-12-06): three ansible-playbook runs and three
-module runs.
+Cost: 45 to 60 s on the session's server (2 cores shared, 2026-12-06: 56.6 s): five ansible-playbook runs and six module
+runs.
 """
 
 from __future__ import annotations
@@ -77,6 +78,12 @@ def test_rotate_keys_old_refused_new_accepted_rerun_unchanged(gpustack_server, t
         time.sleep(1)
         before = datetime.datetime.now(datetime.timezone.utc).isoformat()
         env = {"ANSIBLE_RUN_TAGS": "management_key,inference_key", "ANSIBLE_VERBOSITY": "3"}
+        checked = run_playbook(ROTATE, inventory=inv, extra_vars={"pairserve_rotate_before": before}, check=True,
+                               env={"ANSIBLE_RUN_TAGS": "management_key,inference_key"}, timeout=300)
+        assert checked.rc == 0, checked.stdout[-4000:]
+        assert "was created before %s: it is replaced now" % before in checked.stdout
+        assert sorted(k["name"] for k in server.items("/v2/api-keys") if k["name"].startswith("rot-")) == sorted(NAMES.values())
+        assert sorted(p.name for p in secrets.iterdir()) == ["inference-api-key", "management-api-key"]
         rotated = run_playbook(ROTATE, inventory=inv, extra_vars={"pairserve_rotate_before": before}, env=env,
                                timeout=300)
         assert rotated.rc == 0, rotated.stdout[-4000:] + rotated.stderr[-2000:]
@@ -101,6 +108,19 @@ def test_rotate_keys_old_refused_new_accepted_rerun_unchanged(gpustack_server, t
         assert again.rc == 0, again.stdout[-3000:]
         assert (parse_recap(again.stdout) or {}).get("gs", {}).get("changed") == 0, again.stdout[-3000:]
         assert {kind: (secrets / f"{kind}-api-key").read_text().strip() for kind in OLD} == new
+
+        # A run cut short after the new value was made resumes with that value (the .next file), whatever the time.
+        resumed = "sk-pairserve-rotation-resumed-inference-0001"
+        (secrets / "inference-api-key.next").write_text(resumed + "\n")
+        (secrets / "inference-api-key.next").chmod(0o600)
+        finished = run_playbook(ROTATE, inventory=inv, extra_vars={"pairserve_rotate_before": before},
+                                env={"ANSIBLE_RUN_TAGS": "inference_key"}, timeout=300)
+        assert finished.rc == 0, finished.stdout[-3000:]
+        assert (secrets / "inference-api-key").read_text().strip() == resumed
+        assert status_of(server.api_url + PROBE["inference"], resumed) == 200
+        assert status_of(server.api_url + PROBE["inference"], new["inference"]) == 401
+        assert not (secrets / "inference-api-key.next").exists()
+        new["inference"] = resumed
 
         # site.yml's bootstrap registers the keys under either name: nothing to change after a rotation.
         for kind in OLD:
