@@ -43,7 +43,7 @@ def run_loop(tmp_path: Path, follow: bool) -> dict:
             os.replace(tmp, key_file)
             time.sleep(0.3)
             accepted.discard("sk-old")
-            out, _ = proc.communicate(timeout=30)
+            out = proc.communicate(timeout=30)[0]
         finally:
             if proc.poll() is None:
                 proc.kill()
