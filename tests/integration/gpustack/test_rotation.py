@@ -1,4 +1,5 @@
-"""playbooks/rotate.yml, the key tags, against the session's real GPUStack 2.2.3 on PostgreSQL 15.
+"""playbooks/rotate.yml, the key tags and the registration token tag, against the session's real GPUStack 2.2.3 on
+PostgreSQL 15.
 
 In the order an operator meets it: a run without a tag stops before anything is read, naming the tags; then
 `--tags management_key,inference_key -e pairserve_rotate_before=<now>` at -vvv replaces both keys: GPUStack refuses
@@ -8,8 +9,8 @@ in the recorded task results. Check mode first changes nothing; the same command
 short after the new value was made (its `.next` file left) is finished with that value; and the bootstrap's
 registration (gpustack_api_key with alternate_name) finds the rotated keys unchanged.
 
-Cost: 45 to 60 s on the session's server (2 cores shared, 2026-12-06: 56.6 s): five ansible-playbook runs and six module
-runs.
+Cost: 45 to 60 s on the session's server for the keys (2 cores shared, 2026-12-06: 56.6 s; five ansible-playbook
+runs and six module runs), about 20 s for the registration token (two runs).
 """
 
 from __future__ import annotations
@@ -133,3 +134,39 @@ def test_rotate_keys_old_refused_new_accepted_rerun_unchanged(gpustack_server, t
         for kind in OLD:
             run_module("gpustack_api_key", {**server.auth_args, "name": NAMES[kind],
                                             "alternate_name": NAMES[kind] + "-alt", "state": "absent"})
+
+
+def test_registration_token_checked_not_replaced_and_never_printed(gpustack_server, tmp_path):
+    """GPUStack 2.2.3 cannot replace the token: the tag reads it, checks every worker configuration holds it, says it
+    was not replaced, and names a node whose configuration holds another one (it would fail its next start)."""
+    server = gpustack_server
+    token = server._token  # pylint: disable=protected-access
+    api_port = int(server.api_url.rsplit(":", 1)[1])
+    config = tmp_path / "worker"
+    config.mkdir(mode=0o700)
+    (config / "worker.yaml").write_text(json.dumps({"server_url": server.api_url, "token": token, "worker_name": "wk"}))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inv = tmp_path / "inventory.json"
+    inv.write_text(json.dumps({"all": {"children": {
+        "gpustack_server": {"hosts": {"gs": dict(local, pairserve_gpustack_api_port=api_port,
+                                                 pairserve_gpustack_admin_password=server.admin_password,
+                                                 pairserve_gpustack_cluster_name=server.cluster_name)}},
+        "gpu_nodes": {"hosts": {"wk": dict(local, pairserve_gpustack_worker_config_dir=str(config))}}}}}))
+    env = {"ANSIBLE_RUN_TAGS": "registration_token", "ANSIBLE_VERBOSITY": "3"}
+    checked = run_playbook(ROTATE, inventory=inv, env=env, timeout=300)
+    assert checked.rc == 0, checked.stdout[-4000:]
+    said = checked.by_task
+    assert said["Say that the token is not replaced, and why"]["msg"].startswith("The registration token is NOT replaced")
+    assert said["Stop when the worker would fail its next start"]["msg"] == \
+        "wk: the worker configuration holds the cluster's registration token."
+    assert all(c["changed"] == 0 for c in (parse_recap(checked.stdout) or {"?": {"changed": 1}}).values())
+    assert token not in checked.stdout + checked.stderr and token not in json.dumps(checked.results)
+
+    (config / "worker.yaml").write_text(json.dumps({"server_url": server.api_url, "token": "gpustack_0000_stale",
+                                                    "worker_name": "wk"}))
+    stale = run_playbook(ROTATE, inventory=inv, env=env, timeout=300)
+    assert stale.rc == 2, stale.stdout[-3000:]
+    refused = stale.by_task["Stop when the worker would fail its next start"]
+    assert refused["_host"] == "wk" and refused["_status"] == "failed", refused
+    assert "does not hold the registration token of the cluster" in refused["msg"] and refused["msg"].startswith("wk: ")
+    assert token not in stale.stdout + stale.stderr and "gpustack_0000_stale" not in stale.stdout + stale.stderr
