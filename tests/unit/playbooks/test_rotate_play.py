@@ -89,3 +89,40 @@ def test_a_time_in_the_future_is_refused_before_anything_changes(tmp_path):
     assert run.rc == 2, run.stdout[-3000:]
     assert "in the future: every run until then would rotate the key again" in run.stdout, run.stdout[-3000:]
     assert not (tmp_path / "secrets").exists()
+
+
+def test_a_certificate_the_ca_does_not_sign_stops_before_any_node_changes(tmp_path):
+    from cryptography import x509  # pylint: disable=import-outside-toplevel
+    from cryptography.hazmat.primitives import hashes, serialization  # pylint: disable=import-outside-toplevel
+    from cryptography.hazmat.primitives.asymmetric import ec  # pylint: disable=import-outside-toplevel
+    from cryptography.x509.oid import NameOID  # pylint: disable=import-outside-toplevel
+
+    def self_signed(cn, ca):
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+                .not_valid_after(now + datetime.timedelta(days=90))
+                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+                .add_extension(x509.SubjectAlternativeName([x509.DNSName("node-a")]), critical=False)
+                .sign(key, hashes.SHA256()))
+        pem = serialization.PrivateFormat.PKCS8
+        return (cert.public_bytes(serialization.Encoding.PEM).decode(),
+                key.private_bytes(serialization.Encoding.PEM, pem, serialization.NoEncryption()).decode())
+
+    cert, key = self_signed("node-a", ca=False)
+    (tmp_path / "other-ca.crt").write_text(self_signed("a CA that signed nothing here", ca=True)[0])
+    hosts = inventory(tmp_path)
+    data = json.loads(hosts.read_text())
+    data["all"]["children"]["gpustack_server"]["hosts"]["gs"].update(
+        pairserve_gpustack_tls_cert=cert, pairserve_gpustack_tls_key=key, pairserve_gpustack_server_address="node-a",
+        pairserve_gpustack_tls_ca_file=str(tmp_path / "other-ca.crt"), pairserve_gpustack_tls_dir=str(tmp_path / "tls"))
+    hosts.write_text(json.dumps(data))
+    run = run_playbook(ROTATE, inventory=hosts, env={"ANSIBLE_RUN_TAGS": "certificate"}, timeout=300)
+    assert run.rc == 2, run.stdout[-3000:]
+    stopped = run.by_task["Stop on a certificate that cannot serve this node"]
+    assert stopped["_status"] == "failed" and "pairserve_gpustack_tls_ca_file" in stopped["msg"], stopped
+    assert key not in run.stdout + json.dumps(run.results)
+    assert not (tmp_path / "tls").exists()
+    assert not [r for r in run.results if r["_task"] in ("Write the certificate", "Restart the GPUStack worker")]
