@@ -113,8 +113,8 @@ def test_the_filters_run_in_ansible(tmp_path):
 def test_maintenance_mode_is_sent_only_when_it_changes():
     assert wanted_maintenance(None, True, "reboot") == {"enabled": True, "message": "reboot"}
     assert wanted_maintenance({"enabled": True, "message": "reboot"}, True, "reboot") is None
-    assert wanted_maintenance({"enabled": True, "message": "old"}, True, "reboot") == {"enabled": True,
-                                                                                        "message": "reboot"}
+    want = {"enabled": True, "message": "reboot"}
+    assert wanted_maintenance({"enabled": True, "message": "old"}, True, "reboot") == want
     assert wanted_maintenance({"enabled": True, "message": "reboot"}, False, "") == {"enabled": False, "message": None}
     assert wanted_maintenance({"enabled": False, "message": "left"}, False, "") is None
     assert wanted_maintenance(None, False, "") is None
