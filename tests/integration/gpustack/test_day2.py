@@ -783,12 +783,15 @@ def test_maintenance_stops_when_the_cards_changed_and_leaves_node_b_drained(day2
     assert worker["maintenance"]["enabled"], worker
     assert record.exists()
 
-    # The way out it names: rebuild_node.yml (here on the recorded cards again) takes the worker out of maintenance
-    # mode, gives node-b its weight back and ends the maintenance's record.
-    day2["worker_cmd"]("restart")
+    # The way out it names: rebuild_node.yml (here the cards are the recorded ones again, while GPUStack still shows
+    # the renamed ones: the rebuild restarts the worker) takes the worker out of maintenance mode, gives node-b its
+    # weight back and ends the maintenance's record.
+    count = restarts(day2)
     rebuilt = play(day2, REBUILD, limit="node-b")
     assert rebuilt.rc == 0, rebuilt.stdout[-5000:] + rebuilt.stderr[-2000:]
-    assert "it comes out of it" in " ".join(rebuilt.stdout.split())
+    flat = " ".join(rebuilt.stdout.split())
+    assert "(stale: the worker restarts)" in flat and "it comes out of it" in flat, flat[-3000:]
+    assert restarts(day2) == count + 1
     assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
     [worker] = workers(server)
     assert worker["state"] == "ready" and not (worker.get("maintenance") or {}).get("enabled"), worker
