@@ -31,10 +31,10 @@ options:
       - V(true) puts the worker in maintenance, V(false) takes it out.
     type: bool
     required: true
-  message:
+  reason:
     description:
-      - The reason GPUStack shows as the worker's state message while it is in maintenance. A worker already in
-        maintenance with another message gets this one.
+      - The text GPUStack shows as the worker's state message while it is in maintenance (its C(maintenance.message)).
+        A worker already in maintenance with another text gets this one.
     type: str
     default: ""
 extends_documentation_fragment:
@@ -58,7 +58,7 @@ EXAMPLES = r"""
     api_key: "{{ pairserve_gpustack_management_key }}"
     name: node-b
     enabled: true
-    message: "pairserve maintenance: kernel update"
+    reason: "pairserve maintenance: kernel update"
 
 - name: Back in service
   pairserve.llm.gpustack_worker_maintenance:
@@ -110,7 +110,7 @@ def main():
     spec.update(
         name={"type": "str", "required": True},
         enabled={"type": "bool", "required": True},
-        message={"type": "str", "default": ""},
+        reason={"type": "str", "default": ""},
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True, required_one_of=GPUSTACK_REQUIRED_ONE_OF)
     name = module.params["name"]
@@ -121,7 +121,7 @@ def main():
         if worker is None:
             module.fail_json(msg="GPUStack has no worker named %r: check pairserve_gpustack_worker_name of that node "
                                  "and that its worker registered (gpustack_info gather=[workers])" % name)
-        want = wanted_maintenance(worker.get("maintenance"), module.params["enabled"], module.params["message"])
+        want = wanted_maintenance(worker.get("maintenance"), module.params["enabled"], module.params["reason"])
         if want is not None:
             result["changed"] = True
             if module._diff:  # pylint: disable=protected-access

@@ -74,7 +74,7 @@ def test_the_reboot_restarted_node_b_and_its_replica():
 
 
 def test_the_cards_and_the_worker_identity_were_checked_again(run):
-    detected = [r for r in run.where(host="node-b", action="gpu_pairs", status="ok")]
+    detected = run.where(host="node-b", action="gpu_pairs", status="ok")
     assert len(detected) == 2, detected  # before the drain and after the reboot
     assert detected[0]["ansible_facts"]["pairserve_gpu"]["gpus"] == detected[1]["ansible_facts"]["pairserve_gpu"]["gpus"]
     identity = run.where(host="node-b", role="pairserve.llm.gpustack_worker", task_file="tasks/identity.yml",
