@@ -726,6 +726,7 @@ def test_maintenance_paused_for_a_change_and_finished_brings_node_b_back_at_its_
     assert all(p[2] == {"qwen-node-a": 58, "qwen-node-b": 0} for p in node_b_polls)
     [worker] = workers(server)
     assert worker["state"] == "maintenance" and worker["maintenance"]["enabled"], worker
+    assert worker["maintenance"]["message"].startswith("pairserve.llm maintenance.yml (pause) since "), worker
     assert not set(instance_ids(server, "qwen-node-b")) & set(b_instances)  # stopped (GPUStack made a new one)
     drained = json.loads(record.read_text())
     assert drained["action"] == "pause" and drained["drained_at"] > 0
