@@ -18,6 +18,7 @@ import argparse
 import collections
 import hashlib
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -40,8 +41,8 @@ def _candidates(roots: list[Path]) -> dict[tuple, list[tuple[str, os.stat_result
         for top, _dirs, files in os.walk(root):
             for name in files:
                 path = os.path.join(top, name)
-                st = os.lstat(path)
-                if not os.path.isfile(path) or os.path.islink(path) or st.st_size < MIN_SIZE:
+                st = os.lstat(path)  # one call per file: a symlink is not followed, and is not a regular file
+                if not stat.S_ISREG(st.st_mode) or st.st_size < MIN_SIZE:
                     continue
                 groups[(st.st_dev, st.st_size, st.st_mode, st.st_uid, st.st_gid)].append((path, st))
     return groups

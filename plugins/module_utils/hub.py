@@ -32,9 +32,10 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 import threading
 import time
+
+from ansible_collections.pairserve.llm.plugins.module_utils import _files
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -222,7 +223,7 @@ def _dir_lock(directory: str, exclusive: bool, wait: float = 0.0):
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
-    """Temp file in the same directory, fsync, rename over the target, fsync the directory.
+    """_files.atomic_write under the directory's shared lock (the directory is made first).
 
     The temp file exists only while this writer holds a shared lock on the directory; a run killed mid-write
     leaves it behind, and the next run's sweep_temp_files removes it.
@@ -230,27 +231,10 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     with _dir_lock(directory, exclusive=False):
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".pairserve-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            raise
-        fsync_dir(directory)
+        _files.atomic_write(path, data, mode=mode)
 
 
-def fsync_dir(directory: str) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+fsync_dir = _files.fsync_dir
 
 
 def writing_in(directory: str):

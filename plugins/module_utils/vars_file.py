@@ -20,9 +20,6 @@ inline vault values can be handled; they are compared by their text.
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 try:
     import yaml
 
@@ -208,33 +205,3 @@ def verify(before, new_text, key, value):
         changed = sorted(str(k) for k in set(others_before) ^ set(others_after)) + sorted(
             str(k) for k in set(others_before) & set(others_after) if not same(others_before[k], others_after[k]))
         raise VarsFileError("the edit would change other keys too (%s); nothing was written" % ", ".join(changed))
-
-
-def write_atomic(path, data, like=None):
-    """Write ``data`` (bytes) to ``path`` through a temporary file in its directory and a rename. The mode and
-    owner of ``like`` (the file being replaced) are kept; a new file gets 0644 less the umask."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if like is not None:
-            os.chmod(tmp, like.st_mode & 0o7777)
-            if (like.st_uid, like.st_gid) != (os.getuid(), os.getgid()):
-                os.chown(tmp, like.st_uid, like.st_gid)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o644 & ~umask)
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -203,7 +203,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.pairserve.llm.plugins.module_utils import bench
+from ansible_collections.pairserve.llm.plugins.module_utils import _files, bench
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 
@@ -333,9 +333,9 @@ def main():
     os.makedirs(run_dir)
     report = bench.render_markdown(run)
     json_path = os.path.join(run_dir, "results.json")
-    bench.write_atomic(json_path, json.dumps(run, indent=1, sort_keys=True) + "\n")
+    _files.atomic_write(json_path, json.dumps(run, indent=1, sort_keys=True) + "\n")
     report_path = os.path.join(run_dir, "report.md")
-    bench.write_atomic(report_path, report)
+    _files.atomic_write(report_path, report)
     result = dict(changed=True, results=run["targets"], run_dir=run_dir, report_path=report_path,
                   json_path=json_path, report=report,
                   diff={"before": "", "after": report, "before_header": report_path, "after_header": report_path})

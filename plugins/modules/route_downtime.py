@@ -190,11 +190,10 @@ duration_s:
 
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pairserve.llm.plugins.module_utils import downtime, openai_probe
+from ansible_collections.pairserve.llm.plugins.module_utils import _files, downtime, openai_probe
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 
 
@@ -253,16 +252,7 @@ def main():
 
     def progress(figures):
         # a new file renamed over the old: a reader never sees half of it
-        directory = os.path.dirname(os.path.abspath(status_file))
-        handle, temp = tempfile.mkstemp(prefix=".route-downtime-", dir=directory)
-        try:
-            with os.fdopen(handle, "w") as out:
-                json.dump(dict(figures, details=downtime.details(figures)), out)
-            os.replace(temp, status_file)
-        except BaseException:
-            if os.path.exists(temp):
-                os.unlink(temp)
-            raise
+        _files.atomic_write(status_file, json.dumps(dict(figures, details=downtime.details(figures))), mode=0o600)
 
     figures = downtime.measure(attempt, interval=p["interval"], max_seconds=p["max_seconds"], settle=p["settle"],
                                stop=stop, stop_grace=p["stop_grace"], progress=progress if status_file else None)

@@ -99,7 +99,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.pairserve.llm.plugins.module_utils import vars_file
+from ansible_collections.pairserve.llm.plugins.module_utils import _files, vars_file
 
 
 def main():
@@ -148,7 +148,7 @@ def main():
                           "after_header": path}
         if not module.check_mode:
             try:
-                vars_file.write_atomic(path, new.encode("utf-8"), os.stat(path) if exists else None)
+                _files.atomic_write(path, new, like=os.stat(path) if exists else None)
             except OSError as err:
                 module.fail_json(msg="Cannot write %s: %s. The file was left unchanged." % (path, err),
                                  exception=traceback.format_exc(), **result)

@@ -4,14 +4,18 @@ grown_views: the same site grown to three GPU nodes, node-c holding two pairs (d
 
 from __future__ import annotations
 
+import atexit
 import copy
+import shutil
 import tempfile
 from pathlib import Path
 
 from lab import pins, tools_archive
 
-# A worker tools archive the nodes could use (the lab's), made once per session.
-TOOLS_ARCHIVE = Path(tempfile.mkdtemp(prefix="pairserve-views-")) / (
+# A worker tools archive the nodes could use (the lab's), made once per session and removed at its end.
+_TOOLS_DIR = tempfile.mkdtemp(prefix="pairserve-views-")
+atexit.register(shutil.rmtree, _TOOLS_DIR, True)
+TOOLS_ARCHIVE = Path(_TOOLS_DIR) / (
     "gpustack-tools-%s-linux-amd64.tar.gz" % pins.example()["pairserve_gpustack_version"])
 tools_archive.write(pins.example()["pairserve_gpustack_version"], str(TOOLS_ARCHIVE))
 

@@ -20,7 +20,7 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def play(tmp_path, worker_port, replica_port, node_a_state="running", allow_downtime=False):
+def play(tmp_path, worker_port, replica_port, node_a_state="running", allow_downtime=False, **extra):
     view = {"models": [{"name": "qwen-node-a"}],
             "routes": [{"name": "qwen", "id": 1, "targets": [
                 {"id": 11, "model": "qwen-node-a", "weight": 58, "fallback_status_codes": None},
@@ -36,7 +36,7 @@ def play(tmp_path, worker_port, replica_port, node_a_state="running", allow_down
         "name": "pairserve.llm.maintenance", "tasks_from": "plan"}}], {
         "pairserve_maintenance_view": view, "_pairserve_maintenance_info": info,
         "pairserve_maintenance_new_names": ["qwen-node-a"], "pairserve_maintenance_server": "localhost",
-        "pairserve_route_weights": {"localhost": 58}, "pairserve_maintenance_allow_downtime": allow_downtime})
+        "pairserve_route_weights": {"localhost": 58}, "pairserve_maintenance_allow_downtime": allow_downtime, **extra})
 
 
 @pytest.fixture()
@@ -70,3 +70,13 @@ def test_the_other_nodes_worker_is_down_so_the_drain_is_refused_naming_it(tmp_pa
 def test_a_node_that_serves_nothing_now_is_not_held_to_the_others(tmp_path):
     res = play(tmp_path, closed_port(), closed_port(), node_a_state="error")
     assert res.rc == 0, res.stdout[-3000:]
+
+
+def test_a_bad_watch_setting_is_refused_before_any_probe(tmp_path, node_b):
+    res = play(tmp_path, node_b.port, node_b.port, pairserve_maintenance_watch_stop_grace=-5)
+    assert res.rc != 0
+    msg = res.result["msg"]
+    assert msg.startswith("localhost: the route watch needs pairserve_maintenance_watch_grace (15) and "
+                          "pairserve_maintenance_watch_stop_grace (-5) of 0 seconds or more"), msg
+    assert msg.endswith("Nothing was drained: fix the inventory and run the play again."), msg
+    assert not node_b.seen

@@ -66,4 +66,3 @@ def test_a_missing_directory_is_refused_naming_it(tmp_path):
     res = run(tmp_path / "nope")
     assert res.returncode == 2
     assert "no such directory: %s" % (tmp_path / "nope") in res.stderr
-

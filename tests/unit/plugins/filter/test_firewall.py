@@ -124,6 +124,14 @@ def test_problems_name_each_variable():
                              "pairserve_firewall_ssh_ports": [22, "ssh"], "pairserve_firewall_interfaces": ["eth 0"]})
     assert [pair[0] for pair in got] == ["pairserve_firewall_scrape_sources", "pairserve_firewall_ssh_sources",
                                          "pairserve_firewall_ssh_ports", "pairserve_firewall_interfaces"], got
+    # Every bad entry of a list, not only the first: one pass over the inventory names them all.
+    got = firewall.problems({"pairserve_firewall_scrape_sources": ["10.0.0.1/8", "192.0.2.9", "lan"],
+                             "pairserve_firewall_ssh_sources": ["fe80::1%eth0", "x"],
+                             "pairserve_firewall_ssh_ports": [0, 22, 70000]})
+    assert [(variable, problem.split(" is ")[0]) for variable, problem in got] == [
+        ("pairserve_firewall_scrape_sources", "'10.0.0.1/8'"), ("pairserve_firewall_scrape_sources", "'lan'"),
+        ("pairserve_firewall_ssh_sources", "'fe80::1%eth0'"), ("pairserve_firewall_ssh_sources", "'x'"),
+        ("pairserve_firewall_ssh_ports", "0"), ("pairserve_firewall_ssh_ports", "70000")], got
 
 
 # -- the rendered table in the kernel -------------------------------------------------------------------------

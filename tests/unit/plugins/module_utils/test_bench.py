@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
+from ansible_collections.pairserve.llm.plugins.module_utils import _files  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils import bench  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils import urls_session  # noqa: E402
@@ -96,7 +97,7 @@ def test_plot_is_a_real_png(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
     assert width > 500 and height > 200
-    assert not list(tmp_path.glob("*.tmp")), "written atomically, no leftovers"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png"], "written atomically, no leftovers"
 
 
 def test_bench_module_refuses_bad_input_before_any_request(tmp_path):
@@ -121,7 +122,7 @@ def test_bench_module_check_mode_names_the_unreachable_target(tmp_path):
 def test_results_json_is_what_the_report_says(tmp_path):
     run = _run()
     path = tmp_path / "results.json"
-    bench.write_atomic(str(path), json.dumps(run))
+    _files.atomic_write(str(path), json.dumps(run))
     assert json.loads(path.read_text())["weights"] == {"qwen-node-a": 58, "qwen-node-b": 42}
 
 
