@@ -25,6 +25,9 @@
 #   scripts/lab.sh patchrestart   on a converged lab: the tokenizer patch undone on both nodes, then site.yml, which
 #                         patches again and restarts each node's replicas drained, under the request loop; then
 #                         site.yml once more (changed=0) (molecule/patch_restart's side effect; part of `test`)
+#   scripts/lab.sh maintenance   on a converged lab: playbooks/maintenance.yml --limit node-b reboots node-b (its
+#                         container restarted by the lab's reboot watcher) drained, under the request loop; then
+#                         maintenance.yml --check and site.yml (both changed=0) (molecule/maintenance's side effect)
 #   scripts/lab.sh weights   on a converged lab: node-b's replica held to a fraction of its core, both replicas
 #                         measured with playbooks/bench.yml, the controller on in weights mode with those speeds;
 #                         the route's weights followed through idle, a backlog on each replica and a mixed load
@@ -503,6 +506,65 @@ day2_rotate() {  # every credential of playbooks/rotate.yml rotated under the re
   play "$dir/verify.log" "$dir/verify.rc" playbooks/verify.yml
   play "$dir/status.log" "$dir/status.rc" playbooks/status.yml
   echo "=== lab rotate took $((SECONDS - start)) s"
+}
+
+reboot_watcher() {  # reboot_watcher <dir>: in the background, the lab's reboot: pairserve-lab-<node> restarted for
+  # each file /run/pairserve-lab/reboot/<node> (what the lab inventory's pairserve_maintenance_reboot_command writes on
+  # the node). `podman restart` stops the container as a shutdown does (systemd gets its stop signal and stops its
+  # units), then starts it again; the node's disk stays. Stopped by stop_pid <dir>/reboot-watcher.pid.
+  local dir=$1
+  mkdir -p "$run_dir/reboot"
+  # shellcheck disable=SC2016  # expanded by the background shell
+  setsid bash -c 'while :; do
+      for f in "$1"/*; do
+        [ -e "$f" ] || continue
+        node=$(basename "$f"); rm -f "$f"
+        echo "$(date -u +%H:%M:%SZ) reboot of $node: podman restart pairserve-lab-$node"
+        podman restart --time 30 "pairserve-lab-$node" >/dev/null && echo "$(date -u +%H:%M:%SZ) $node started again"
+      done
+      sleep 1
+    done' reboot-watcher "$run_dir/reboot" >"$dir/reboot-watcher.log" 2>&1 &
+  echo $! >"$dir/reboot-watcher.pid"
+}
+
+maintenance_snapshot() {  # maintenance_snapshot <file>: GPUStack's instances, workers and route weights, and when
+  # node-b's container started (a reboot restarts it)
+  PAIRSERVE_STARTED=$(podman inspect --format '{{.State.StartedAt}}' pairserve-lab-node-b) python - "$1" <<'PY'
+import json, os, sys
+from lab.api import items, read_keys
+key = read_keys()["management"]
+names = {m["id"]: m["name"] for m in items("/v2/models", key)}
+json.dump({"instances": {i["model_name"]: {"id": i["id"], "state": i["state"]} for i in items("/v2/model-instances", key)},
+           "workers": {w["name"]: {"state": w["state"], "maintenance": w.get("maintenance")} for w in items("/v2/workers", key)},
+           "weights": {names.get(t["model_id"], str(t["model_id"])): t["weight"] for t in items("/v2/model-route-targets", key)
+                       if t.get("model_id") is not None},
+           "node_b_started": os.environ["PAIRSERVE_STARTED"]}, open(sys.argv[1], "w"), indent=1)
+PY
+}
+
+day2_maintenance() {  # node-b rebooted by playbooks/maintenance.yml under the request loop; check mode; site.yml
+  # The node is drained, its worker put in GPUStack's maintenance mode and its replica stopped; the reboot is a
+  # restart of its container (reboot_watcher). The loop counts every request meanwhile; then maintenance.yml in check
+  # mode (a maintenance is an act: check mode says what it would do and changes nothing) and site.yml (changed=0: the
+  # node is back as the site declares it).
+  local dir=$state/maintenance start=$SECONDS
+  mkdir -p "$dir"
+  rm -f "$dir"/*.rc "$dir"/*.jsonl "$dir"/*.json "$dir"/*.log
+  maintenance_snapshot "$dir/before.json"
+  reboot_watcher "$dir"
+  start_load "$dir"
+  echo "=== lab maintenance: playbooks/maintenance.yml --limit node-b (reboot) under the request loop"
+  play "$dir/maintenance.log" "$dir/maintenance.rc" playbooks/maintenance.yml --limit node-b
+  stop_load "$dir"
+  stop_pid "$dir/reboot-watcher.pid"
+  rmdir "$run_dir/reboot" 2>/dev/null || true
+  maintenance_snapshot "$dir/after.json"
+  echo "=== lab maintenance: maintenance.yml --check (changed=0, nothing done)"
+  play "$dir/check.log" "$dir/check.rc" playbooks/maintenance.yml --limit node-b --check
+  maintenance_snapshot "$dir/after-check.json"
+  echo "=== lab maintenance: site.yml (changed=0)"
+  play "$dir/rerun.log" "$dir/rerun.rc" site.yml
+  echo "=== lab maintenance took $((SECONDS - start)) s"
 }
 
 day2_weights() {
@@ -1253,7 +1315,7 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
   day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-core}
   declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake
     [queue_weights]=day2_weights [bench_arms]=day2_arms [patch_restart]=day2_patch_restart
-    [rotate]=day2_rotate)
+    [rotate]=day2_rotate [maintenance]=day2_maintenance)
   for scenario in ${PAIRSERVE_LAB_SCENARIOS-patch_restart}; do
     [ "$rc" -eq 0 ] || break
     [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
@@ -1278,10 +1340,11 @@ case "${1:-up}" in
   sleepwake) day2_sleepwake ;;
   patchrestart) day2_patch_restart ;;
   rotate) day2_rotate ;;
+  maintenance) day2_maintenance ;;
   weights) day2_weights ;;
   arms) day2_arms ;;
   test) lab_test ;;
   uninstall) uninstall_proof ;;
   reinstall) reinstall ;;
-  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|patchrestart|rotate|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
+  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|patchrestart|rotate|maintenance|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
 esac

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -40,6 +41,7 @@ NVML = REPO / "tests" / "fixtures" / "nvml"
 NODE_PYTHON = REPO / ".cache" / "recorded-node-venv" / "bin" / "python"
 REBUILD = REPO / "playbooks" / "rebuild_node.yml"
 UPGRADE = REPO / "playbooks" / "upgrade.yml"
+MAINTENANCE = REPO / "playbooks" / "maintenance.yml"
 GIB = 1024 ** 3
 # node-b's cards in the tests: the seed's 2x RTX 4070 Ti SUPER, and three RTX 3090s (the swap; gpu_pairs pairs
 # the NVLinked two at indexes 1 and 2).
@@ -287,12 +289,17 @@ def day2(gpustack_server, tmp_path_factory):
                                "pairserve_nvml_replay": str(node_a_rec),
                                "pairserve_gpustack_worker_data_dir": str(gpustack_server.root / "worker" / "data"),
                                "pairserve_rebuild_state_file": str(state["state_file"]["node-a"]),
+                               "pairserve_maintenance_state_file": str(tmp / "maintenance-node-a.json"),
                                "pairserve_maintenance_metrics_url": f"{metrics.url}/node-a/metrics"},
                     "node-b": {"pairserve_nvml_replay": str(node_b_rec),
                                "pairserve_gpustack_worker_port": config["worker_port"],
                                "pairserve_gpustack_worker_data_dir": str(wdir / "data"),
                                "pairserve_rebuild_state_file": str(state["state_file"]["node-b"]),
                                "pairserve_rebuild_worker_restart_command": base + ["restart"],
+                               "pairserve_maintenance_state_file": str(tmp / "maintenance-node-b.json"),
+                               # node-b's worker declares static GPUs, which GPUStack records without UUIDs: there is
+                               # nothing to compare by UUID (test_gpu_identity_check.py proves that check).
+                               "pairserve_maintenance_identity_check": False,
                                "pairserve_maintenance_metrics_url": f"{metrics.url}/node-b/metrics"}}},
             },
             "vars": {
@@ -671,3 +678,122 @@ def test_upgrade_rolls_back_a_replica_that_fails_verification(day2):
     assert not [t for t in server.items("/v2/model-route-targets") if t.get("fallback_status_codes")]
     assert model(server, "qwen-node-b")["updated_at"] == b_before["updated_at"]
     assert instance_ids(server, "qwen-node-b") == b_instances
+
+
+# -- maintenance.yml ----------------------------------------------------------------------------------
+
+# The replicas here never serve: no verification, and a route that answers nothing does not stop the maintenance
+# (its watch still runs and reports). The change itself is the test's: node-b's worker restarted by PID.
+MAINTENANCE_VARS = {"pairserve_maintenance_verify": False, "pairserve_maintenance_watch_grace": 3600}
+
+
+def test_maintenance_paused_for_a_change_and_finished_brings_node_b_back_at_its_weight(day2):
+    server = day2["server"]
+    # Start: both replicas registered and recorded, node-b on the 3090s, route 58/42, no maintenance left over.
+    replicas_serving(day2, CARDS_3090S)
+    record = day2["state_file"]["node-b"].parent / "maintenance-node-b.json"
+    assert not record.exists()
+    ids = {n: v["id"] for n, v in route_targets(server).items()}
+    a_model, a_instances = model(server, "qwen-node-a"), instance_ids(server, "qwen-node-a")
+    b_instances = wait_for(lambda: instance_ids(server, "qwen-node-b"), timeout=60, what="qwen-node-b's instance")
+    before = snapshot(server)
+
+    refused = play(day2, MAINTENANCE, **MAINTENANCE_VARS)
+    assert refused.rc != 0 and "run it with --limit <node>" in refused.stdout, refused.stdout[-3000:]
+    assert snapshot(server) == before
+
+    # Check mode: what a run would do, nothing changed.
+    checked = run_playbook(MAINTENANCE, inventory=day2["inventory"], limit="node-b", check=True, env=day2["env"],
+                           extra_vars=MAINTENANCE_VARS, timeout=900)
+    assert checked.rc == 0, checked.stdout[-4000:] + checked.stderr[-2000:]
+    flat = " ".join(checked.stdout.split())
+    assert "node-b: would drain qwen-node-b from qwen" in flat and "Check mode: nothing was changed." in flat, flat[-3000:]
+    assert recap(checked, "node-b")["changed"] == 0
+    assert snapshot(server) == before and not record.exists()
+
+    # pause: drained while its request finishes, worker in maintenance mode, instance stopped; the run ends.
+    day2["metrics"].polls.clear()
+    day2["metrics"].busy["node-b"] = 1
+    paused = play(day2, MAINTENANCE, limit="node-b", pairserve_maintenance_action="pause", **MAINTENANCE_VARS)
+    assert paused.rc == 0, paused.stdout[-5000:] + paused.stderr[-2000:]
+    flat = " ".join(paused.stdout.split())
+    assert ("finish with: ansible-playbook playbooks/maintenance.yml --limit node-b -e pairserve_maintenance_action=none"
+            in flat), flat[-3000:]
+    assert "While node-b was drained, route qwen had no target that answered for" in flat  # the watch ran
+    assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 0}
+    node_b_polls = [p for p in day2["metrics"].polls if p[0] == "node-b"]
+    assert [p[1] for p in node_b_polls] == [1, 0]
+    assert all(p[2] == {"qwen-node-a": 58, "qwen-node-b": 0} for p in node_b_polls)
+    [worker] = workers(server)
+    assert worker["state"] == "maintenance" and worker["maintenance"]["enabled"], worker
+    assert worker["maintenance"]["message"].startswith("pairserve.llm maintenance.yml (pause) since "), worker
+    assert not set(instance_ids(server, "qwen-node-b")) & set(b_instances)  # stopped (GPUStack made a new one)
+    drained = json.loads(record.read_text())
+    assert drained["action"] == "pause" and drained["drained_at"] > 0
+    assert [g["uuid"] for g in drained["gpu"]["gpus"]] == [g["uuid"] for g in detect(day2["node_b_rec"])["gpus"]]
+
+    # The operator's change: node-b's worker goes down and comes back, as in a reboot.
+    day2["worker_cmd"]("restart")
+    started = time.time()
+
+    done = play(day2, MAINTENANCE, limit="node-b", pairserve_maintenance_action="none", **MAINTENANCE_VARS)
+    assert done.rc == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    flat = " ".join(done.stdout.split())
+    assert "An earlier run drained it at" in flat and "this run finishes that maintenance" in flat, flat[-3000:]
+    out = re.search(r"node-b was out of route\(s\) qwen for ([0-9.]+) s \(.*?\); its weights are back: qwen-node-b 42\.",
+                    flat)
+    assert out, flat[-3000:]
+    # counted from the pause run's drain, across the operator's change
+    assert float(out.group(1)) >= time.time() - started and float(out.group(1)) > 0
+    assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
+    assert {n: v["id"] for n, v in route_targets(server).items()} == ids
+    assert not [t for t in server.items("/v2/model-route-targets") if t.get("fallback_status_codes")]
+    [worker] = workers(server)
+    assert worker["state"] == "ready" and not (worker.get("maintenance") or {}).get("enabled"), worker
+    assert not record.exists()
+    # node-a untouched
+    assert model(server, "qwen-node-a")["updated_at"] == a_model["updated_at"]
+    assert instance_ids(server, "qwen-node-a") == a_instances
+
+
+def test_maintenance_stops_when_the_cards_changed_and_leaves_node_b_drained(day2):
+    server = day2["server"]
+    # Start: both replicas registered and recorded, node-b on the 3090s, route 58/42, no maintenance left over.
+    replicas_serving(day2, CARDS_3090S)
+    record = day2["state_file"]["node-b"].parent / "maintenance-node-b.json"
+    paused = play(day2, MAINTENANCE, limit="node-b", pairserve_maintenance_action="pause", **MAINTENANCE_VARS)
+    assert paused.rc == 0, paused.stdout[-5000:]
+
+    # A driver update changed what the cards report (here: their name); the worker comes back with them.
+    derive_recording(NVML / "three-gpus.json", day2["node_b_rec"], name="NVIDIA GeForce RTX 3090 Ti")
+    day2["declare"](detect(day2["node_b_rec"]))
+    day2["worker_cmd"]("restart")
+    try:
+        res = play(day2, MAINTENANCE, limit="node-b", pairserve_maintenance_action="none", **MAINTENANCE_VARS)
+    finally:
+        day2["node_b_rec"].write_text(CARDS_3090S)
+        day2["declare"](detect(day2["node_b_rec"]))
+    assert res.rc != 0
+    flat = " ".join(res.stdout.split())
+    assert "The cards of node-b changed during the maintenance: node-b: GPU 0 was GPU-" in flat, flat[-4000:]
+    assert "now reports GPU-" in flat and "NVIDIA GeForce RTX 3090 Ti" in flat
+    assert "playbooks/rebuild_node.yml --limit node-b" in flat
+    # Left drained, in maintenance mode, with its record of the cards before.
+    assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 0}
+    [worker] = workers(server)
+    assert worker["maintenance"]["enabled"], worker
+    assert record.exists()
+
+    # The way out it names: rebuild_node.yml (here the cards are the recorded ones again, while GPUStack still shows
+    # the renamed ones: the rebuild restarts the worker) takes the worker out of maintenance mode, gives node-b its
+    # weight back and ends the maintenance's record.
+    count = restarts(day2)
+    rebuilt = play(day2, REBUILD, limit="node-b")
+    assert rebuilt.rc == 0, rebuilt.stdout[-5000:] + rebuilt.stderr[-2000:]
+    flat = " ".join(rebuilt.stdout.split())
+    assert "(stale: the worker restarts)" in flat and "it comes out of it" in flat, flat[-3000:]
+    assert restarts(day2) == count + 1
+    assert weights(server) == {"qwen-node-a": 58, "qwen-node-b": 42}
+    [worker] = workers(server)
+    assert worker["state"] == "ready" and not (worker.get("maintenance") or {}).get("enabled"), worker
+    assert not record.exists()
