@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from conftest import SCRAPE_ADDR
 from lab.api import ENGINES, LAB_CA, REPO, ROUTE, engine_containers, inspect, items, read_keys
+from support.lab_outsider import SCRAPE_ADDR
 
 # GPUStack's plain port, the HTTPS front's port, and the table that judges the outsider's LAN (node-a's).
 API_PORT, TLS_PORT, LAN_TABLE = 30080, 30443, "pairserve_node_a"
