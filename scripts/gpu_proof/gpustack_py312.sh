@@ -157,7 +157,7 @@ installed=""
 again=()
 if attempt A-role gpustack_install.yml; then
   installed=A-role
-elif last_failed_task "$work/install-A-role.log" | grep -q 'Install the venv tooling'; then
+elif last_failed_task "$work/install-A-role.log" | grep -qE 'Install the venv tooling|system_packages : Install the packages that are missing'; then
   if [ "$allow_stamp" = 1 ] && /usr/bin/python3 -c 'import apt_pkg' 2>/dev/null &&
       dpkg-query -W -f='${Status}' python3-venv 2>/dev/null | grep -q 'ok installed' &&
       dpkg-query -W -f='${Status}' python3-pip 2>/dev/null | grep -q 'ok installed'; then

@@ -80,13 +80,18 @@ def _task_statuses(attempt):
 
 
 def test_the_role_asks_dpkg_before_it_calls_apt():
+    # The proof recorded the role's own two tasks (APT_TASKS); the same rule now lives in the private role
+    # system_packages (one owner for every Debian package install), which the role imports first.
     tasks = yaml.safe_load((ROLE / "tasks" / "install.yml").read_text(encoding="utf-8"))
-    assert [t["name"] for t in tasks[:3]] == ["Look for the venv tooling", "Install the venv tooling that is missing",
-                                              "Create the version directory"]
-    look, install = tasks[0], tasks[1]
+    first = tasks[0]
+    assert first["ansible.builtin.import_role"]["name"] == "pairserve.llm.system_packages"
+    assert first["vars"]["pairserve_system_packages"] == ["python3-venv", "python3-pip"]
+    assert tasks[1]["name"] == "Create the version directory"
+    shared = yaml.safe_load((REPO / "roles" / "system_packages" / "tasks" / "main.yml").read_text(encoding="utf-8"))
+    look, install = shared[0], next(t for t in shared if "ansible.builtin.apt" in t)
     assert look["ansible.builtin.command"]["argv"].startswith("{{ ['dpkg-query'")
     assert look["changed_when"] is False and look["failed_when"] is False
-    assert "ansible.builtin.apt" in install and "missing" in install["when"]
+    assert shared.index(look) < shared.index(install) and "missing" in install["when"]
     main = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text(encoding="utf-8"))
     assert [t["ansible.builtin.import_tasks"] for t in main] == ["preflight.yml", "install.yml", "configure.yml"]
 
