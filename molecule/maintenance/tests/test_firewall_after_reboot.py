@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 from lab.api import STATE
-from support.lab_outsider import outsider  # noqa: F401  pylint: disable=unused-import  (a fixture)
+# The outsider fixture, and the firewall checks collected again here, after the reboot.
+from support.lab_outsider import outsider  # noqa: F401  pylint: disable=unused-import
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "default" / "tests"))
 # pylint: disable=wrong-import-position,unused-import
-from test_firewall import (  # noqa: E402,F401  (collected again here, after the reboot)
+from test_firewall import (  # noqa: E402,F401
     keys, test_an_outsider_is_refused_at_the_replica_and_the_worker_ports, test_each_node_has_its_table_loaded_by_its_unit,
     test_the_outsider_is_refused_at_the_plain_api_port, test_the_outsider_is_served_through_the_route_with_a_key)
 
