@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The integration tier as two pytest sessions side by side: the GPUStack suites (one GPUStack + PostgreSQL for the
-# session, the day-2 plays) in one, everything else (hub, faults with a GPUStack of their own, CPU vLLM, verify) in
-# the other. Most of the tier waits on services (GPUStack's loops, vLLM's boot, the hub), so two sessions on two
-# cores finish in about the time of the longer one. Each session keeps its own fixtures, figures and summary, written
-# to its log and printed whole when it ends; the tier fails if either does, and names which.
+# The integration tier as three pytest sessions side by side: the GPUStack suites (one GPUStack + PostgreSQL for the
+# session), the day-2 plays against a GPUStack of their own (tests/integration/gpustack/test_day2.py: upgrades,
+# rebuilds and maintenance drain, wait and restore, the longest file of the tier), and everything else (hub, faults
+# with a GPUStack of their own, CPU vLLM, verify). Most of the tier waits on services (GPUStack's loops, vLLM's boot,
+# the hub, the plays' drains), so the sessions on two cores finish in about the time of the longest one. Each session
+# keeps its own fixtures, figures and summary, written to its log and printed whole when it ends; the tier fails if
+# any does, and names which.
 #
 #   scripts/integration.sh [pytest args...]     e.g. -x, -k day2; PAIRSERVE_INTEGRATION_SERIAL=1 runs one session
 set -uo pipefail
@@ -12,7 +14,7 @@ args=(--durations=15 -m "not upgrade" "$@")
 if [ "${PAIRSERVE_INTEGRATION_SERIAL:-0}" = 1 ]; then
   exec bash scripts/pytest.sh "${args[@]}" tests/integration
 fi
-logs=$(mktemp -d /tmp/pairserve-integration.XXXXXX)
+day2=tests/integration/gpustack/test_day2.py
 others=()
 for path in tests/integration/*; do
   case $path in
@@ -20,22 +22,46 @@ for path in tests/integration/*; do
     *) others+=("$path") ;;
   esac
 done
+declare -A session_paths=(
+  [gpustack]="tests/integration/gpustack --ignore=$day2"
+  [day2]="$day2"
+  [others]="${others[*]}")
+names=(gpustack day2 others)
+logs=$(mktemp -d /tmp/pairserve-integration.XXXXXX)
+declare -A pids rcs took
 start=$SECONDS
-bash scripts/pytest.sh "${args[@]}" tests/integration/gpustack >"$logs/gpustack.log" 2>&1 &
-pid_gpustack=$!
-bash scripts/pytest.sh "${args[@]}" "${others[@]}" >"$logs/others.log" 2>&1 &
-pid_others=$!
-echo "integration: two sessions: tests/integration/gpustack (pid $pid_gpustack), the rest (pid $pid_others); logs in $logs"
-# Stop both sessions, by their PIDs, if this script is interrupted.
-trap 'kill "$pid_gpustack" "$pid_others" 2>/dev/null; wait; exit 130' INT TERM
-rc_gpustack=0 rc_others=0
-wait "$pid_others" || rc_others=$?
-echo "=== integration session: everything but tests/integration/gpustack (rc $rc_others, $((SECONDS - start)) s)"
-cat "$logs/others.log"
-wait "$pid_gpustack" || rc_gpustack=$?
-echo "=== integration session: tests/integration/gpustack (rc $rc_gpustack, $((SECONDS - start)) s)"
-cat "$logs/gpustack.log"
+for name in "${names[@]}"; do
+  # shellcheck disable=SC2086  # the paths are words
+  bash scripts/pytest.sh "${args[@]}" ${session_paths[$name]} >"$logs/$name.log" 2>&1 &
+  pids[$name]=$!
+done
+echo "integration: ${#names[@]} sessions: $(for n in "${names[@]}"; do printf '%s (pid %s) ' "$n" "${pids[$n]}"; done)- logs in $logs"
+# Stop every session, by its PID, if this script is interrupted.
+trap 'kill "${pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
+# Each session's log is printed whole as soon as it ends (the first to end first).
+declare -A name_of
+for name in "${names[@]}"; do
+  name_of[${pids[$name]}]=$name
+done
+running=("${pids[@]}")
+while [ ${#running[@]} -gt 0 ]; do
+  rc=0
+  wait -n -p ended "${running[@]}" || rc=$?
+  name=${name_of[$ended]}
+  mapfile -t running < <(printf '%s\n' "${running[@]}" | grep -vx "$ended")
+  rcs[$name]=$rc
+  took[$name]=$((SECONDS - start))
+  echo "=== integration session $name: ${session_paths[$name]} (rc $rc, ${took[$name]} s)"
+  cat "$logs/$name.log"
+done
 trap - INT TERM
 rm -rf "$logs"
-echo "integration: $((SECONDS - start)) s; gpustack session rc $rc_gpustack, other session rc $rc_others"
-[ "$rc_gpustack" -eq 0 ] && [ "$rc_others" -eq 0 ]
+failed=()
+for name in "${names[@]}"; do
+  [ "${rcs[$name]}" -eq 0 ] || failed+=("$name")
+done
+echo "integration: $((SECONDS - start)) s; $(for n in "${names[@]}"; do printf '%s %s s rc %s; ' "$n" "${took[$n]}" "${rcs[$n]}"; done)"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "integration: failed session(s): ${failed[*]}" >&2
+  exit 1
+fi
