@@ -25,7 +25,7 @@ sanity: deps ## ansible-test sanity on a copy laid out as ansible_collections/pa
 unit: deps ## fast tests: modules through Ansible over recorded NVML, rendering, parsing
 	bash scripts/pytest.sh -n auto --dist loadfile tests/unit
 
-integration: caches ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU); three sessions side by side
+integration: deps ## tests against real services started by the suite (hub, GPUStack, PostgreSQL, vLLM CPU); three sessions side by side, building their caches
 	bash scripts/integration.sh
 
 integration-day2: caches ## the day-2 plays against GPUStack alone (also part of `make integration`)

@@ -20,17 +20,25 @@ phase() {
   "$@"
   echo "caches: $name: $((SECONDS - start)) s"
 }
-# `scripts/build_caches.sh gpustack` builds only what the control plane needs (molecule); no argument: all.
+# `scripts/build_caches.sh gpustack` builds only what the control plane needs (molecule, the GPUStack sessions of
+# the integration tier); `scripts/build_caches.sh vllm` only the vLLM venvs and the tiny models (the integration
+# tier builds them beside its GPUStack sessions, which do not need them); no argument: all.
 group=${1:-all}
+case $group in
+  all|gpustack|vllm) ;;
+  *) echo "build_caches: unknown group '$group' (all, gpustack or vllm)" >&2; exit 2 ;;
+esac
 # shellcheck source=lib/pins.sh
 . scripts/lib/pins.sh
-gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
-phase "GPUStack $gpustack_version wheelhouse" bash scripts/build_wheelhouse.sh "$gpustack_version"
-phase "controller wheels" bash scripts/build_controller_wheels.sh
-# shellcheck source=lib/podman-env.sh
-. scripts/lib/podman-env.sh
-phase "node image" pairserve_build_node_image
-if [ "$group" = all ]; then
+if [ "$group" != vllm ]; then
+  gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
+  phase "GPUStack $gpustack_version wheelhouse" bash scripts/build_wheelhouse.sh "$gpustack_version"
+  phase "controller wheels" bash scripts/build_controller_wheels.sh
+  # shellcheck source=lib/podman-env.sh
+  . scripts/lib/podman-env.sh
+  phase "node image" pairserve_build_node_image
+fi
+if [ "$group" != gpustack ]; then
   vllm_version=$(pairserve_lab_pin pairserve_vllm_version)
   serve_vllm=$(pairserve_serve_vllm)
   phase "vLLM $serve_vllm CPU venv" bash scripts/build_vllm_cpu.sh "$serve_vllm" serve

@@ -7,13 +7,19 @@
 # keeps its own fixtures, figures and summary, written to its log and printed whole when it ends; the tier fails if
 # any does, and names which.
 #
+# The tier builds its own caches (scripts/build_caches.sh): what the GPUStack sessions need first (the wheelhouse,
+# seconds once built), then the vLLM venvs and tiny models in the third session's lane, before its tests, while the
+# GPUStack sessions run (on a fresh machine that build is some four minutes of mostly pip and disk).
+#
 #   scripts/integration.sh [pytest args...]     e.g. -x, -k day2; PAIRSERVE_INTEGRATION_SERIAL=1 runs one session
 set -uo pipefail
 cd "$(dirname "$0")/.."
 args=(--durations=15 -m "not upgrade" "$@")
 if [ "${PAIRSERVE_INTEGRATION_SERIAL:-0}" = 1 ]; then
+  bash scripts/build_caches.sh || exit
   exec bash scripts/pytest.sh "${args[@]}" tests/integration
 fi
+bash scripts/build_caches.sh gpustack || exit
 day2=tests/integration/gpustack/test_day2.py
 others=()
 for path in tests/integration/*; do
@@ -32,7 +38,11 @@ declare -A pids rcs took
 start=$SECONDS
 for name in "${names[@]}"; do
   # shellcheck disable=SC2086  # the paths are words
-  bash scripts/pytest.sh "${args[@]}" ${session_paths[$name]} >"$logs/$name.log" 2>&1 &
+  if [ "$name" = others ]; then
+    { bash scripts/build_caches.sh vllm && bash scripts/pytest.sh "${args[@]}" ${session_paths[$name]}; } >"$logs/$name.log" 2>&1 &
+  else
+    bash scripts/pytest.sh "${args[@]}" ${session_paths[$name]} >"$logs/$name.log" 2>&1 &
+  fi
   pids[$name]=$!
 done
 echo "integration: ${#names[@]} sessions: $(for n in "${names[@]}"; do printf '%s (pid %s) ' "$n" "${pids[$n]}"; done)- logs in $logs"
