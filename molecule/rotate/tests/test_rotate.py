@@ -18,7 +18,7 @@ from cryptography import x509
 
 from lab.api import HTTPS_API, LAB_CA, NODE_A, STATE, items, read_keys
 from support.lab_suite import load_summary, rc, recap, results
-from support.recap import items, module_args
+from support.recap import items as loop_items, module_args
 
 DIR = STATE / "rotate"
 PLAYS = ("management", "management-rerun", "inference-stage", "inference", "inference-rerun", "token",
@@ -136,7 +136,7 @@ def test_a_ca_change_restarted_each_worker_drained_one_node_at_a_time(play):
         if id(record) in restarts:
             steps.append((record["_host"], "restart"))
         elif id(record) in weights:
-            drain = any(module_args(item).get("drain") for item in items(record))
+            drain = any(module_args(item).get("drain") for item in loop_items(record))
             steps.append((record["_host"], "drain" if drain else "restore"))
     # One node at a time: drained, restarted, given its weight back, before the next node is drained.
     assert steps == [(host, step) for host in ("node-a", "node-b") for step in ("drain", "restart", "restore")], steps
