@@ -49,7 +49,8 @@ docs: deps ## regenerate docs/reference/ from argument_specs and module document
 
 # The lab test runs molecule/default's testinfra suite against the lab, a superset of that scenario (same node
 # image, inventory and control-plane play, plus serving), so CI does not converge the control plane twice.
-test: lab-free deps lint sanity unit integration lab-test release-check ## the whole test suite (what CI runs)
+test: lab-free deps ## the whole test suite (what CI runs): lint sanity unit integration lab-test release-check, the caches built beside lint and sanity
+	bash scripts/test.sh
 
 # The lab tier brings up a lab of its own from fresh nodes (its first step is check mode on them): a lab left up by
 # `make lab` is refused here, in the first second, instead of after the other tiers' half hour.

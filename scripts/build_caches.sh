@@ -11,6 +11,7 @@
 # through scripts/lib/pins.sh.
 #   - the tiny Qwen3 model overfit on the verification prompts, its untrained twin, the tiny Qwen2.5-VL model
 #   - the node image (Debian 12 + systemd) molecule and the lab run
+#   - the lab's replica image: the serving venv of the lab's pinned vLLM on the node image (scripts/lib/vllm-cpu-image.sh)
 # and last, identical files of the vLLM venvs hardlinked (scripts/dedupe_cache.py): the suite's disk is a budget too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,15 +23,22 @@ phase() {
 }
 # `scripts/build_caches.sh gpustack` builds only what the control plane needs (molecule, the GPUStack sessions of
 # the integration tier); `scripts/build_caches.sh vllm` only the vLLM venvs and the tiny models (the integration
-# tier builds them beside its GPUStack sessions, which do not need them); no argument: all.
+# tier builds them beside its GPUStack sessions, which do not need them); `scripts/build_caches.sh lab` only the lab's
+# replica image (with the venv it copies); no argument: all.
 group=${1:-all}
 case $group in
-  all|gpustack|vllm) ;;
-  *) echo "build_caches: unknown group '$group' (all, gpustack or vllm)" >&2; exit 2 ;;
+  all) for group in gpustack vllm lab; do bash "$0" "$group"; done; exit ;;
+  gpustack|vllm|lab) ;;
+  *) echo "build_caches: unknown group '$group' (all, gpustack, vllm or lab)" >&2; exit 2 ;;
 esac
+# One build of a group at a time: `make test` builds them in the background (scripts/test.sh) while its tiers call this
+# again; the second waits for the first (whose stamps then make every step a no-op) instead of building beside it.
+mkdir -p .cache
+exec 9>>".cache/build_caches.$group.lock"
+flock 9
 # shellcheck source=lib/pins.sh
 . scripts/lib/pins.sh
-if [ "$group" != vllm ]; then
+if [ "$group" = gpustack ]; then
   gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
   phase "GPUStack $gpustack_version wheelhouse" bash scripts/build_wheelhouse.sh "$gpustack_version"
   phase "controller wheels" bash scripts/build_controller_wheels.sh
@@ -38,7 +46,7 @@ if [ "$group" != vllm ]; then
   . scripts/lib/podman-env.sh
   phase "node image" pairserve_build_node_image
 fi
-if [ "$group" != gpustack ]; then
+if [ "$group" = vllm ]; then
   vllm_version=$(pairserve_lab_pin pairserve_vllm_version)
   serve_vllm=$(pairserve_serve_vllm)
   phase "vLLM $serve_vllm CPU venv" bash scripts/build_vllm_cpu.sh "$serve_vllm" serve
@@ -50,4 +58,13 @@ if [ "$group" != gpustack ]; then
   phase "tiny model (vision)" "$serve_python" scripts/build_tiny_model.py --vision
   # The venvs share torch and most of their packages: one copy of each file on disk (about 2.7 GiB less).
   phase "hardlinks between the vLLM venvs" python3 scripts/dedupe_cache.py .cache/vllm-cpu
+fi
+if [ "$group" = lab ]; then
+  # shellcheck source=lib/podman-env.sh
+  . scripts/lib/podman-env.sh
+  # shellcheck source=lib/vllm-cpu-image.sh
+  . scripts/lib/vllm-cpu-image.sh
+  phase "node image" pairserve_build_node_image
+  vllm_version=$(pairserve_lab_pin pairserve_vllm_version)
+  phase "vLLM $vllm_version replica image" build_replica_image "$vllm_version"
 fi

@@ -177,21 +177,6 @@ PY
 # suites skip, saying so, the checks of the steps that did not run.
 day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-all}
 
-# vLLM 0.25.1's CPU sampler is torch.compile'd (compiled_random_sample), and torch 2.11.0's inductor then needs a C++
-# compiler, which the image does not have: with --enforce-eager the engine starts, then its warm-up fails with
-# "InvalidCxxCompiler: No working C++ compiler found". With torch.compile off, the function runs eagerly. Set only in
-# this image: the 0.27.1 image (torch 2.13.0) serves as it is.
-declare -A vllm_cpu_image_env=([0.25.1]=TORCH_COMPILE_DISABLE=1)
-# `import torch` counts cores by pinning the importing thread to each CPU in turn (torch 2.11.0's bundled MKL, and
-# torch 2.13.0 under vLLM 0.27.1 as well); a replica booting while the other one serves was then left on the busy
-# core with no CPU time for minutes (the upgrade scenario stalled there, with either pins). Every replica image
-# imports torch on the replica's own core (scripts/lib/torch_import_affinity.py says how and why).
-build_replica_image() {  # build_replica_image <vLLM version>: its serving venv (scripts/build_vllm_cpu_serve.sh), then its image
-  local version=$1 venv
-  venv=$(bash scripts/build_vllm_cpu_serve.sh "$version" | tail -n 1)
-  pairserve_build_vllm_cpu_image "$version" "$venv" "${vllm_cpu_image_env[$version]:-}" narrow-torch-import
-}
-
 prepare_upgrade() {  # what the upgrade scenario's pins need and the default lab (CI) does not build; each once
   local gs_next vllm_prev vllm_next
   gs_next=$(pairserve_pin inventory/lab/upgrade/next.yml pairserve_gpustack_version)
@@ -1164,11 +1149,16 @@ lab_docker() { docker -H "unix://$run_dir/docker.sock" "$@"; }
 #   user, group, package (distribution packages)
 #   enabled, running   services; a unit whose file a package ships is "package-enabled", "package-running",
 #             and so is a .wants/ link to one ("package-link"): only the collection's own units count as its own
+# What the OS's own daily timers write is left out, as its logs are: at midnight dpkg-db-backup.timer and
+# logrotate.timer write /var/backups/{dpkg,alternatives,apt}.* and /var/lib/logrotate, and a run across midnight saw
+# them "left behind" by uninstall.yml.
 node_snapshot() {  # node_snapshot <node>
   local node=$1
   podman exec "pairserve-lab-$node" sh -c '
     find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp -o -path /var/tmp \
       -o -path /var/log -o -path /var/cache -o -path /var/lib/systemd -o -path /root/.ansible \
+      -o -path /var/lib/logrotate -o -path "/var/backups/dpkg.*" -o -path "/var/backups/alternatives.tar.*" \
+      -o -path "/var/backups/apt.*" \
       -o -path /root/.ansible_async -o -path /var/lib/dpkg -o -path /var/lib/apt -o -path /var/lib/ucf \
       -o -path /etc/alternatives -o -path "/etc/rc?.d" -o -path /etc/ssl/certs \
       -o \( -path "/usr/*" -a ! -path /usr/local -a ! -path "/usr/local/*" \) \) -prune -o -print |
@@ -1303,7 +1293,7 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
   if [ "$rc" -eq 0 ]; then
     echo "=== lab: tests against the running lab (molecule/default/tests)"
     PAIRSERVE_CHECK_LOG=$state/converge-check.log PAIRSERVE_TAGS_LOG=$state/converge-tags.log \
-      PAIRSERVE_FRESH_CHECK_LOG=$state/converge-fresh-check.log python -m pytest -p no:cacheprovider -q \
+      PAIRSERVE_FRESH_CHECK_LOG=$state/converge-fresh-check.log python -m pytest -p no:cacheprovider -q --durations=10 \
       --rootdir=molecule/default molecule/default/tests || rc=$?
   fi
   # Day 2 on the same lab (molecule/<scenario> runs the same side effect and tests on a lab of its own):
@@ -1320,7 +1310,7 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
     [ "$rc" -eq 0 ] || break
     [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
     phase "$scenario" "${side_effect[$scenario]}" || rc=$?
-    python -m pytest -p no:cacheprovider -q --rootdir="molecule/$scenario" "molecule/$scenario/tests" || rc=$?
+    python -m pytest -p no:cacheprovider -q --durations=10 --rootdir="molecule/$scenario" "molecule/$scenario/tests" || rc=$?
   done
   # Last on the running lab: playbooks/uninstall.yml, held to the fresh nodes' snapshots.
   [ "$rc" -ne 0 ] || phase uninstall uninstall_proof || rc=$?

