@@ -23,7 +23,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -687,6 +689,42 @@ def test_upgrade_rolls_back_a_replica_that_fails_verification(day2):
 MAINTENANCE_VARS = {"pairserve_maintenance_verify": False, "pairserve_maintenance_watch_grace": 3600}
 
 
+class NewInstanceRuns(threading.Thread):
+    """Stands in for the scheduler and vLLM, which cannot place or start a replica here: the instance GPUStack makes
+    for `name` while a play runs (any id not in `known`) is bound to node-b and runs at `port` on 127.0.0.1, as a
+    replica brought back does on a site (GPUStack picks a new port). Kept so until stopped."""
+
+    def __init__(self, server, name: str, known, port: int):
+        super().__init__(daemon=True)
+        self.server, self.name, self.known, self.port = server, name, set(known), port
+        self.bound = set()
+        self.halt = threading.Event()
+
+    def run(self):
+        while not self.halt.wait(0.5):
+            try:
+                for inst in self.server.items("/v2/model-instances"):
+                    if inst["model_name"] != self.name or inst["id"] in self.known:
+                        continue
+                    if inst["state"] != "running" or inst.get("port") != self.port:
+                        self.server.api("PUT", f"/v2/model-instances/{inst['id']}",
+                                        dict(inst, worker_name="node-b", worker_ip="127.0.0.1", port=self.port,
+                                             state="running"))
+                    self.bound.add(inst["id"])
+            except (urllib.error.URLError, OSError):  # an instance the play removed meanwhile: read again
+                continue
+
+    def stop(self):
+        self.halt.set()
+        self.join(timeout=30)
+
+
+def scrape_groups(path: Path) -> dict:
+    """The scrape targets file as {(job, pairserve_host, pairserve_replica or None): [targets]}."""
+    return {(g["labels"]["job"], g["labels"]["pairserve_host"], g["labels"].get("pairserve_replica")): g["targets"]
+            for g in json.loads(path.read_text())}
+
+
 def test_maintenance_paused_for_a_change_and_finished_brings_node_b_back_at_its_weight(day2):
     server = day2["server"]
     # Start: both replicas registered and recorded, node-b on the 3090s, route 58/42, no maintenance left over.
@@ -697,6 +735,11 @@ def test_maintenance_paused_for_a_change_and_finished_brings_node_b_back_at_its_
     a_model, a_instances = model(server, "qwen-node-a"), instance_ids(server, "qwen-node-a")
     b_instances = wait_for(lambda: instance_ids(server, "qwen-node-b"), timeout=60, what="qwen-node-b's instance")
     before = snapshot(server)
+    # The Prometheus scrape targets (pairserve_metrics_targets_file), written by the pause run and the run that
+    # finishes, on this machine (the Ansible controller).
+    targets = day2["tmp"] / "prometheus" / "maintenance-targets.json"
+    targets.unlink(missing_ok=True)
+    metrics_file = {"pairserve_metrics_targets_file": str(targets)}
 
     refused = play(day2, MAINTENANCE, **MAINTENANCE_VARS)
     assert refused.rc != 0 and "run it with --limit <node>" in refused.stdout, refused.stdout[-3000:]
@@ -714,7 +757,8 @@ def test_maintenance_paused_for_a_change_and_finished_brings_node_b_back_at_its_
     # pause: drained while its request finishes, worker in maintenance mode, instance stopped; the run ends.
     day2["metrics"].polls.clear()
     day2["metrics"].busy["node-b"] = 1
-    paused = play(day2, MAINTENANCE, limit="node-b", pairserve_maintenance_action="pause", **MAINTENANCE_VARS)
+    paused = play(day2, MAINTENANCE, limit="node-b", pairserve_maintenance_action="pause", **MAINTENANCE_VARS,
+                  **metrics_file)
     assert paused.rc == 0, paused.stdout[-5000:] + paused.stderr[-2000:]
     flat = " ".join(paused.stdout.split())
     assert ("finish with: ansible-playbook playbooks/maintenance.yml --limit node-b -e pairserve_maintenance_action=none"
@@ -731,13 +775,41 @@ def test_maintenance_paused_for_a_change_and_finished_brings_node_b_back_at_its_
     drained = json.loads(record.read_text())
     assert drained["action"] == "pause" and drained["drained_at"] > 0
     assert [g["uuid"] for g in drained["gpu"]["gpus"]] == [g["uuid"] for g in detect(day2["node_b_rec"])["gpus"]]
+    # The scrape targets, written from node-b's play (the server is no host of it): the server, both workers, and
+    # no replica (node-b's is stopped; node-a's cannot run here).
+    assert sorted(scrape_groups(targets)) == [("gpustack-server", "gs", None), ("gpustack-worker", "node-a", None),
+                                              ("gpustack-worker", "node-b", None)]
 
     # The operator's change: node-b's worker goes down and comes back, as in a reboot.
     day2["worker_cmd"]("restart")
     started = time.time()
 
-    done = play(day2, MAINTENANCE, limit="node-b", pairserve_maintenance_action="none", **MAINTENANCE_VARS)
-    assert done.rc == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    # The run that finishes stops the instance GPUStack made meanwhile and brings the replica back as a new one,
+    # at a new port.
+    port = free_port()
+    runs = NewInstanceRuns(server, "qwen-node-b", instance_ids(server, "qwen-node-b") + b_instances, port)
+    runs.start()
+    try:
+        done = play(day2, MAINTENANCE, limit="node-b", pairserve_maintenance_action="none", **MAINTENANCE_VARS,
+                    **metrics_file)
+    finally:
+        runs.stop()
+    try:
+        assert done.rc == 0, done.stdout[-6000:] + done.stderr[-2000:]
+        [new] = [i for i in server.items("/v2/model-instances") if i["model_name"] == "qwen-node-b"]
+        assert new["id"] in runs.bound and new["state"] == "running" and new["port"] == port, new
+        # The file follows the replica to its new instance's port.
+        groups = scrape_groups(targets)
+        assert groups[("vllm", "node-b", "qwen-node-b")] == [f"127.0.0.1:{port}"], groups
+        assert sorted(groups) == [("gpustack-server", "gs", None), ("gpustack-worker", "node-a", None),
+                                  ("gpustack-worker", "node-b", None), ("vllm", "node-b", "qwen-node-b")]
+    finally:
+        # Back to the start the other tests expect: node-b's replica as an instance that does not run.
+        for inst_id in runs.bound & set(instance_ids(server, "qwen-node-b")):
+            server.api("DELETE", f"/v2/model-instances/{inst_id}")
+        wait_for(lambda: (set(instance_ids(server, "qwen-node-b")) - runs.bound
+                          and not model(server, "qwen-node-b").get("ready_replicas")),
+                 timeout=60, what="qwen-node-b's instance made again, not running")
     flat = " ".join(done.stdout.split())
     assert "An earlier run drained it at" in flat and "this run finishes that maintenance" in flat, flat[-3000:]
     out = re.search(r"node-b was out of route\(s\) qwen for ([0-9.]+) s \(.*?\); its weights are back: qwen-node-b 42\.",
