@@ -6,7 +6,7 @@
 Without --base-url it starts the suite's CPU vLLM with the tiny model (lab/vllm_server.py) and stops
 it at the end. Both tools run one stream against the same endpoint with the same prompt length and exactly
 --output-len completion tokens (ignore_eos), one after the other, twice each, alternating. Ours is the play's own
-code, `bench.single_stream`: the median over requests of (tokens - 1) / (last - first token) and the median
+code, `_bench_measure.single_stream`: the median over requests of (tokens - 1) / (last - first token) and the median
 TTFT. Theirs is the same statistic from vLLM's result file: 1000 / median TPOT and median TTFT (TPOT is
 (latency - TTFT) / (tokens - 1) per request there). The script prints both and the ratios ours/theirs; target:
 within 5 %. `vllm bench serve` runs from the CPU vLLM venv through its own parser and main()
@@ -28,13 +28,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / ".cache" / "collections"))
 sys.path.insert(0, str(REPO))
 
-from ansible_collections.pairserve.llm.plugins.module_utils import bench  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.pairserve.llm.plugins.module_utils._bench_measure import single_stream  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_client import Client  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def ours(client, model, output_len, requests):
     """The bench play's single-stream measurement, unchanged."""
-    res = bench.single_stream(client, model, output_len, requests)
+    res = single_stream(client, model, output_len, requests)
     return {"decode_tok_s": res["decode_tok_s"], "ttft_ms": 1000 * res["ttft_s"],
             "prompt_tokens": res["prompt_tokens"], "completion_tokens": res["completion_tokens"]}
 
@@ -98,7 +98,7 @@ def main():
                 server = make_server(Path(workdir), name="instrument", threads_bind=threads_bind).start()
                 base_url, model, tokenizer = server.base_url, server.model, server.model_dir
                 print("started CPU vLLM %s at %s in %.0f s" % (args.vllm_version, base_url, server.boot_seconds))
-            client = probe.Client(base_url, None, 600)
+            client = Client(base_url, None, 600)
             ours(client, model, 8, 2)  # warm-up: the first requests after boot are slower on either tool
             for dummy in range(args.rounds):
                 # Pairs close in time: a VM's speed drifts by 10-30 % over minutes (measured here), so each

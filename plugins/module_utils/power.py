@@ -21,7 +21,7 @@ except ImportError:  # nvml.Nvml reports it with the package to install
     pynvml = None
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml
-from ansible_collections.pairserve.llm.plugins.module_utils.bench import metric
+from ansible_collections.pairserve.llm.plugins.module_utils._bench_measure import metric
 
 HOURS_PER_YEAR = 8766  # 365.25 days: the seed's 124.4 W -> 1,090 kWh (1.09 MWh) a year
 PHASES = ("idle", "loaded")

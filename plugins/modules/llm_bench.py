@@ -203,8 +203,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.pairserve.llm.plugins.module_utils import _files, bench
-from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
+from ansible_collections.pairserve.llm.plugins.module_utils import _files
+from ansible_collections.pairserve.llm.plugins.module_utils._bench_measure import BenchError, compare, measure, weights
+from ansible_collections.pairserve.llm.plugins.module_utils._bench_report import render_markdown, render_plot
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_client import Client, ProbeError
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_failures import classify
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 
 try:
@@ -277,8 +280,8 @@ def main():
     earlier = _load_comparisons(module, p["compare_with"])
 
     try:
-        clients = {t["name"]: probe.Client(t["base_url"], t["api_key"], p["timeout"], p["validate_certs"],
-                                           t["tokenize_url"], ca_path=p["ca_path"]) for t in p["targets"]}
+        clients = {t["name"]: Client(t["base_url"], t["api_key"], p["timeout"], p["validate_certs"],
+                                     t["tokenize_url"], ca_path=p["ca_path"]) for t in p["targets"]}
     except CaPathError as err:
         module.fail_json(msg=str(err))
 
@@ -288,7 +291,7 @@ def main():
             resp = clients[target["name"]].chat({"model": target["model"], "max_tokens": 1, "temperature": 0,
                                                  "messages": [{"role": "user", "content": "Say hello."}]})
             if not resp.ok:
-                cls, why = probe.classify(resp, target["model"])
+                cls, why = classify(resp, target["model"])
                 module.fail_json(msg="%s does not answer, nothing to measure (%s): %s" % (target["name"], cls, why))
             reach.append({"name": target["name"], "status": resp.status, "elapsed_s": round(resp.elapsed, 3)})
         module.exit_json(changed=True, results=reach,
@@ -303,8 +306,8 @@ def main():
         entry = {"name": target["name"], "kind": target["kind"], "model": target["model"],
                  "base_url": target["base_url"]}
         try:
-            entry["measurement"] = bench.measure(clients[target["name"]], target["model"], settings)
-        except (bench.BenchError, probe.ProbeError) as exc:
+            entry["measurement"] = measure(clients[target["name"]], target["model"], settings)
+        except (BenchError, ProbeError) as exc:
             entry["error"] = str(exc)
         run["targets"].append(entry)
 
@@ -312,7 +315,7 @@ def main():
              if t["kind"] == "replica" and t.get("measurement")}
     if basis:
         run["weight_basis"] = basis
-        run["weights"] = bench.weights(basis)
+        run["weights"] = weights(basis)
 
     comparison = []
     for other in earlier:
@@ -320,7 +323,7 @@ def main():
         for target in run["targets"]:
             if target.get("measurement") and theirs.get(target["name"]):
                 comparison.append({"baseline": other.get("arm"), "candidate": p["arm"], "target": target["name"],
-                                   "rows": bench.compare(theirs[target["name"]], target["measurement"])})
+                                   "rows": compare(theirs[target["name"]], target["measurement"])})
     if comparison:
         run["comparison"] = comparison
 
@@ -331,7 +334,7 @@ def main():
         suffix += 1
         run_dir = os.path.join(p["report_dir"], "%s-%s-%s-%d" % (stamp, p["label"], p["arm"], suffix))
     os.makedirs(run_dir)
-    report = bench.render_markdown(run)
+    report = render_markdown(run)
     json_path = os.path.join(run_dir, "results.json")
     _files.atomic_write(json_path, json.dumps(run, indent=1, sort_keys=True) + "\n")
     report_path = os.path.join(run_dir, "report.md")
@@ -341,7 +344,7 @@ def main():
                   diff={"before": "", "after": report, "before_header": report_path, "after_header": report_path})
     if p["plot"]:
         plot_path = os.path.join(run_dir, "plot.png")
-        bench.render_plot(run, plot_path)
+        render_plot(run, plot_path)
         result["plot_path"] = plot_path
     if basis:
         result["weights"] = run["weights"]

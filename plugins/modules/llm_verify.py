@@ -287,9 +287,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
 from ansible_collections.pairserve.llm.plugins.module_utils import vl_tokens
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_log
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_client import Client
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_prompts import WEATHER_TOOL
+from ansible_collections.pairserve.llm.plugins.module_utils._verify_checks import run_checks
+from ansible_collections.pairserve.llm.plugins.module_utils._verify_diagnosis import diagnosis, reach_urls
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 
 DEFAULT_TEXT_PROMPT = [{"role": "user", "content": "Say the verification phrase."}]
@@ -318,9 +321,9 @@ def _reachability(gp_client, instances, timeout=5):
     out = []
     for inst in instances:
         reach = {}
-        for kind, url in probe.reach_urls(inst, workers).items():
+        for kind, url in reach_urls(inst, workers).items():
             if url:
-                got = probe.Client(url, None, timeout, validate_certs=False).request(url, timeout=timeout)
+                got = Client(url, None, timeout, validate_certs=False).request(url, timeout=timeout)
                 reach[kind] = {"url": url, "ok": got.ok,
                                "error": got.error or "HTTP %s" % got.status}
         out.append(dict(inst, reach=reach))
@@ -439,7 +442,7 @@ def main():
         text["max_tokens"] = max(16, params["max_model_len"] - 256)
     tool = dict(params["tool_call"])
     tool["messages"] = tool["messages"] or DEFAULT_TOOL_PROMPT
-    tool["tools"] = tool["tools"] or [probe.WEATHER_TOOL]
+    tool["tools"] = tool["tools"] or [WEATHER_TOOL]
     for index, schema in enumerate(tool["tools"]):
         if not isinstance(schema.get("function"), dict) or not schema["function"].get("name"):
             module.fail_json(msg="tool_call.tools[%d] is not an OpenAI tool schema: it needs "
@@ -451,12 +454,12 @@ def main():
             "image_processor": params["image_processor"]}
 
     try:
-        client = probe.Client(params["base_url"], params["api_key"], params["timeout"], params["validate_certs"],
-                              params["tokenize_url"], ca_path=params["ca_path"])
+        client = Client(params["base_url"], params["api_key"], params["timeout"], params["validate_certs"],
+                        params["tokenize_url"], ca_path=params["ca_path"])
         gp_client = None
         if params["gpustack"]:
-            gp_client = probe.Client(params["gpustack"]["api_url"], params["gpustack"]["api_key"], 60,
-                                     params["validate_certs"], ca_path=params["ca_path"])
+            gp_client = Client(params["gpustack"]["api_url"], params["gpustack"]["api_key"], 60,
+                               params["validate_certs"], ca_path=params["ca_path"])
     except CaPathError as err:
         module.fail_json(msg=str(err))
 
@@ -466,7 +469,7 @@ def main():
         boot_problems = vllm_log.assess_context(boot, params["max_model_len"], target)
 
     # Requests only read: they run in check mode too, so --check still proves the service answers.
-    results = probe.run_checks(client, params["model"], checks, spec)
+    results = run_checks(client, params["model"], checks, spec)
     failed = [r["check"] for r in results if not r["ok"]]
 
     result = dict(changed=False, checks=results, failed_checks=failed, boot_problems=boot_problems, diagnosis="")
@@ -477,7 +480,7 @@ def main():
         if gp_client is not None and instances:
             instances = _instance_logs(module, gp_client, instances, params["gpustack"]["log_tail_lines"])
             instances = _reachability(gp_client, instances)
-        result["diagnosis"] = probe.diagnosis(target, results, instances, boot_problems)
+        result["diagnosis"] = diagnosis(target, results, instances, boot_problems)
         module.fail_json(msg="verification of %s failed:\n%s" % (target, result["diagnosis"]), **result)
     module.exit_json(**result)
 

@@ -193,7 +193,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.pairserve.llm.plugins.module_utils import _files, downtime, openai_probe
+from ansible_collections.pairserve.llm.plugins.module_utils import _files, downtime
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_client import Client
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_failures import classify
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 
 
@@ -225,8 +227,8 @@ def main():
     if stop_file and os.path.lexists(stop_file):
         os.unlink(stop_file)  # an earlier run's, never read: it must not end this one
     try:
-        client = openai_probe.Client(p["base_url"], p["api_key"], timeout=p["request_timeout"],
-                                     validate_certs=p["validate_certs"], tokenize_url="", ca_path=p["ca_path"])
+        client = Client(p["base_url"], p["api_key"], timeout=p["request_timeout"],
+                        validate_certs=p["validate_certs"], tokenize_url="", ca_path=p["ca_path"])
     except CaPathError as err:
         module.fail_json(msg=str(err))
     payload = {"model": p["model"], "messages": [{"role": "user", "content": "Reply with OK."}], "max_tokens": 1,
@@ -239,7 +241,7 @@ def main():
         if (resp.error or "").startswith("tls:"):
             # Not downtime: the server answers and is not trusted, and waiting will not change that.
             module.fail_json(msg="route_downtime cannot measure %s: %s"
-                                 % (p["base_url"], openai_probe.classify(resp)[1]))
+                                 % (p["base_url"], classify(resp)[1]))
         return "HTTP %s: %s" % (resp.status, resp.error_message()[:200]) if resp.status else resp.error
 
     def stop():

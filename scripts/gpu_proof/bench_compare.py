@@ -5,7 +5,7 @@
                      [--rounds 6] [--requests 6] [--output-len 128]
 
 The GPU form of benchmarks/bench_vs_vllm_bench.py (`make bench`, the CPU figures 1.016 / 0.942): its own `ours()`
-(`bench.single_stream`, the code llm_bench runs) and `theirs()` (vLLM's `vllm bench serve` parser and main(),
+(`_bench_measure.single_stream`, the code llm_bench runs) and `theirs()` (vLLM's `vllm bench serve` parser and main(),
 what `vllm bench serve` runs) are imported from that file and called unchanged, in the same alternating
 rounds, with the same medians. Only the server and the Python that runs vLLM differ: the server is given
 (scripts/gpu_proof/serve_hybrid.sh started it), and `vllm bench serve` runs in this interpreter's environment
@@ -48,7 +48,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     inst = _instrument(args.collections)
-    client = inst.probe.Client(args.base_url, None, 600)
+    client = inst.Client(args.base_url, None, 600)
     rows = {"ours": [], "vllm bench serve": []}
     seconds = {"ours": [], "vllm bench serve": []}
     prompt_tokens = None

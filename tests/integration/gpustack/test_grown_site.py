@@ -6,7 +6,7 @@ SUPER) and node-c (four GPUs: 2x RTX A6000 interleaved with 2x RTX 4090 on the b
 neighbours). The GPU nodes' play is the collection's own: gpu_pairs over each recording, then playbooks/serve.yml
 (its replica play and its route play; the checkpoint download and the runner image pull are skipped by tag, their
 facts are the inventory's). The route's weights are the bench's: the replicas' throughput turned into weights by
-llm_bench's rule (module_utils/bench.py), kept per host and per pair in the inventory file the bench writes
+llm_bench's rule (module_utils/_bench_measure.py), kept per host and per pair in the inventory file the bench writes
 (module_utils/bench_weights.py, module vars_file_entry). Then playbooks/status.yml over the whole site, and the
 bench's preflight, which names every replica of the route as GPUStack has it.
 
@@ -23,7 +23,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.pairserve.llm.plugins.module_utils import bench, bench_weights, replica_names
+from ansible_collections.pairserve.llm.plugins.module_utils import _bench_measure, bench_weights, replica_names
 from lab import pins
 from lab.ansible_runner import REPO, run_module, run_playbook
 from support.recap import parse_recap
@@ -97,7 +97,7 @@ def site(gpustack_server, tmp_path_factory):
 
     # What the bench does with its measurements: llm_bench's weights, kept per host (per pair where a host's pairs
     # measured differently) in the inventory file pairserve_bench_weights_file names.
-    measured = bench.weights(THROUGHPUT)
+    measured = _bench_measure.weights(THROUGHPUT)
     plan = bench_weights.keep_plan(measured, list(HOSTS), MODEL, "", {}, MODEL)
     assert plan["problem"] is None, plan
     written = run_module("vars_file_entry", {"path": str(inventory_dir / "group_vars" / "all" / "route_weights.yml"),

@@ -1,6 +1,7 @@
-"""A/B arms of the bench play: validation before anything changes, the arm's profile over the node's, and the
-report over the baseline and every arm (measured, failed with which check and why, not run) - in Python and
-through the bench role's report entry point in a real ansible-playbook run."""
+"""A/B arms of the bench play: the report over the baseline and every arm (measured, failed with which check and
+why, not run) - in Python and through the bench role's report entry point in a real ansible-playbook run - and the
+play refusing a bad arm before it measures or drains. The arms' validation and profile in Python:
+tests/unit/plugins/module_utils/test__bench_arms.py."""
 
 from __future__ import annotations
 
@@ -8,90 +9,11 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
-from ansible_collections.pairserve.llm.plugins.module_utils import bench  # noqa: E402
-from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils._bench_measure import compare  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils._bench_report import render_summary_markdown, summarize  # noqa: E402
 from lab.ansible_runner import run_playbook  # noqa: E402
-
-NODES = ["node-a", "node-b"]
-
-
-def test_both_arm_forms_are_accepted_and_tagged():
-    arms = bench.check_arms([
-        {"name": "seqs-2", "node": "node-b", "replica": {"max_num_seqs": 2}},
-        {"name": "mtp", "node": "node-a", "replica": {"speculative": {"method": "mtp", "num_speculative_tokens": 2},
-                                                      "env": {"VLLM_X": "1"}}},
-        {"name": "external", "targets": [{"name": "x", "base_url": "http://127.0.0.1:9", "model": "m"}]},
-    ], NODES)
-    assert [a["kind"] for a in arms] == ["node", "node", "endpoint"]
-    assert arms[0]["replica"] == {"max_num_seqs": 2}
-
-
-@pytest.mark.parametrize("arm, needle", [
-    ({"name": "x", "node": "node-c", "replica": {"max_num_seqs": 2}}, "node 'node-c' is not a host of group gpu_nodes"),
-    ({"name": "x", "node": "node-b", "replica": {}}, "an arm that changes nothing measures the baseline again"),
-    ({"name": "x", "node": "node-b", "replica": {"max_num_seq": 2}}, "replica key(s) max_num_seq cannot be overridden"),
-    ({"name": "x", "node": "node-b", "replica": {"ab_arm": False}}, "replica key(s) ab_arm cannot be overridden"),
-    ({"name": "x", "node": "node-b", "replica": {"env": ["A=1"]}}, "replica.env must map variable names"),
-    ({"name": "x", "node": "node-b", "replica": {"extra_args": "--max-num-seqs=2"}}, "extra_args must be a list"),
-    ({"name": "x", "node": "node-b", "replica": {"max_num_seqs": 2}, "targets": []}, "not both"),
-    ({"name": "x"}, "not neither"),
-    ({"name": "x", "targets": []}, "targets must be a non-empty list"),
-    ({"name": "x", "targets": [{"name": "t", "model": "m"}]}, "targets[0] lacks base_url"),
-    ({"name": "a b", "node": "node-b", "replica": {"max_num_seqs": 2}}, "name must be letters"),
-    ({"name": "baseline", "node": "node-b", "replica": {"max_num_seqs": 2}}, "'baseline' is the run every arm"),
-    ({"name": "x", "node": "node-b", "replica": {"max_num_seqs": 2}, "nodes": "node-b"}, "unknown key(s) nodes"),
-    ("node-b", "an arm is a dict"),
-])
-def test_a_bad_arm_is_refused_with_what_to_write(arm, needle):
-    with pytest.raises(bench.ArmError) as err:
-        bench.check_arms([arm], NODES)
-    assert needle in str(err.value)
-    assert "nothing was measured or changed" in str(err.value)
-
-
-def test_every_problem_is_listed_at_once():
-    with pytest.raises(bench.ArmError) as err:
-        bench.check_arms([{"name": "dup", "node": "node-b", "replica": {"max_num_seqs": 2}},
-                          {"name": "dup", "node": "node-b", "replica": {"kv_cache_dtype": "fp8"}},
-                          {"name": "y", "node": "nowhere", "replica": {"max_num_seqs": 2}}], NODES)
-    text = str(err.value)
-    assert text.startswith("2 problem(s)")
-    assert "[1] (dup): the name is used by an earlier arm" in text and "[2] (y): node 'nowhere'" in text
-
-
-def test_no_arms_is_fine_and_a_non_list_is_not():
-    assert bench.check_arms([], NODES) == [] and bench.check_arms(None, NODES) == []
-    with pytest.raises(bench.ArmError, match="must be a list"):
-        bench.check_arms({"name": "x"}, NODES)
-
-
-def test_the_override_surface_is_the_profile_keys_and_env():
-    assert set(bench.ARM_REPLICA_KEYS) == (set(vllm_args.PROFILE_KEYS) - {"name", "base", "ab_arm"}) | {"env"}
-
-
-def test_the_arm_profile_changes_only_what_the_arm_says_and_renders():
-    profiles = {"agents": {"base": "text", "max_num_batched_tokens": 4096}, "text": {"max_model_len": 90000}}
-    arm = bench.arm_profile("agents", profiles, {"max_num_seqs": 2, "env": {"A": "1"}})
-    assert arm == {"base": "text", "max_num_batched_tokens": 4096, "max_num_seqs": 2, "ab_arm": True}
-    assert profiles["agents"] == {"base": "text", "max_num_batched_tokens": 4096}, "the inventory's profiles are not modified"
-    baseline = vllm_args.render(dict(profiles["agents"], name="agents"), "0.27.1").argv
-    armed = vllm_args.render(dict(arm, name="agents"), "0.27.1").argv
-    assert set(baseline) ^ set(armed) == {"--max-num-seqs=8", "--max-num-seqs=2"}
-
-
-def test_mtp_renders_only_as_an_arm():
-    checkpoint = {"hybrid": True, "vision": True, "mtp": True, "native_context": 262144, "quantization": "nvfp4"}
-    pair = {"memory_total_mib": 16376, "compute_capability": "12.0"}
-    spec = {"speculative": {"method": "mtp", "num_speculative_tokens": 2}}
-    with pytest.raises(vllm_args.VllmArgsError, match="only as an explicit A/B arm"):
-        vllm_args.render(dict(spec, name="multimodal"), "0.25.1", checkpoint, pair)
-    argv = vllm_args.render(dict(bench.arm_profile("multimodal", {}, spec), name="multimodal"), "0.25.1",
-                            checkpoint, pair).argv
-    assert '--speculative-config={"method":"mtp","num_speculative_tokens":2}' in argv
 
 
 def _m(decode, conc):
@@ -110,7 +32,7 @@ ARMS = [{"name": "seqs-2", "kind": "node", "node": "node-b", "replica": {"max_nu
 
 
 def _outcomes():
-    rows = bench.compare(_m(30.0, 100.0), _m(31.0, 60.0))
+    rows = compare(_m(30.0, 100.0), _m(31.0, 60.0))
     return [{"name": "seqs-2", "status": "measured", "argv": ["--max-num-seqs=2"], "measured_targets": ["qwen-node-b"],
              "comparison": [{"baseline": "baseline", "candidate": "seqs-2", "target": "qwen-node-b", "rows": rows}],
              "restored": {"registration": "put back and rolled out again (qwen-node-b)", "route weights": "restored"}},
@@ -120,7 +42,7 @@ def _outcomes():
 
 
 def test_summary_keeps_every_arm_and_says_what_improved():
-    summary = bench.summarize(BASELINE, ARMS, _outcomes(), route="qwen", weights_applied=False)
+    summary = summarize(BASELINE, ARMS, _outcomes(), route="qwen", weights_applied=False)
     by_name = {a["name"]: a for a in summary["arms"]}
     assert [a["name"] for a in summary["arms"]] == ["seqs-2", "fp8", "later"], "in the arms' order, none dropped"
     assert by_name["seqs-2"]["regressed"] == ["qwen-node-b: throughput at concurrency N tok/s (-40.0 %)"]
@@ -133,8 +55,8 @@ def test_summary_keeps_every_arm_and_says_what_improved():
 
 
 def test_summary_markdown_names_the_failed_check_and_the_weights_state():
-    text = bench.render_summary_markdown(bench.summarize(BASELINE, ARMS, _outcomes(), route="qwen",
-                                                         weights_applied=True, weights_note=""))
+    text = render_summary_markdown(summarize(BASELINE, ARMS, _outcomes(), route="qwen",
+                                             weights_applied=True, weights_note=""))
     assert "applied to route `qwen` by the bench play:" in text
     assert "| seqs-2 | node node-b via GPUStack | measured | - | qwen-node-b: throughput at concurrency N tok/s (-40.0 %) |" in text
     assert "**failed** at Wait until arm fp8 on node-b runs: qwen-node-b-x error - ValueError: fp8 KV cache" in text
@@ -147,10 +69,10 @@ def test_summary_markdown_names_the_failed_check_and_the_weights_state():
 
 def test_an_arm_measured_on_a_target_the_baseline_lacks_says_so():
     outcome = [{"name": "seqs-2", "status": "measured", "measured_targets": ["qwen-node-c"], "comparison": []}]
-    summary = bench.summarize(BASELINE, ARMS[:1], outcome)
+    summary = summarize(BASELINE, ARMS[:1], outcome)
     assert summary["arms"][0]["not_compared"] == ["qwen-node-c"]
     assert "Measured but not compared (the baseline has no target of that name): qwen-node-c." in \
-        bench.render_summary_markdown(summary)
+        render_summary_markdown(summary)
 
 
 PLAY = """

@@ -4,7 +4,7 @@ part 1's bench ratio; docs/gpu-proof.md, "llm_bench beside vllm bench serve on t
 tests/fixtures/gpu-proof/hybrid-bench-2026-12-06.json is one session on the lent H100: the tiny trained hybrid (bf16)
 and its NVFP4 copy, each served by scripts/gpu_proof/serve_hybrid.sh with the multimodal profile's flags at TP=1 on the
 Triton/FLA GDN prefill backend, then measured on that same server by scripts/gpu_proof/bench_compare.py (the
-benchmark's own ours() = bench.single_stream, what llm_bench runs, and theirs() = `vllm bench serve`, six alternating
+benchmark's own ours() = _bench_measure.single_stream, what llm_bench runs, and theirs() = `vllm bench serve`, six alternating
 rounds) and by the collection's llm_bench; the NVFP4 server also by llm_verify. These tests run in CI (no GPU): they
 render again from the recorded checkpoint facts and recompute the record's figures with the collection's rules.
 """

@@ -1,7 +1,7 @@
 """ca_path on every HTTP client, against a real HTTPS server on 127.0.0.1 whose certificate a private CA (made here
 with `cryptography`) signed: trusted with ca_path = that CA; refused, with the URL and what to set, without ca_path
 and with another CA; a ca_path that is not a CA file fails naming it, before any request. GpuStackClient and
-openai_probe.Client directly, then gpustack_info and route_downtime through Ansible."""
+_openai_client.Client directly, then gpustack_info and route_downtime through Ansible."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives import serialization
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
-from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_client import Client  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_failures import classify, is_permanent  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import GpuStackClient, GpuStackError  # noqa: E402
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError  # noqa: E402
 from lab import tls  # noqa: E402
@@ -156,10 +157,10 @@ def test_a_directory_is_no_ca_path(tmp_path):
         GpuStackClient("https://127.0.0.1:9", api_key=KEY, ca_path=str(tmp_path))
 
 
-# -- openai_probe.Client ---------------------------------------------------------------------------------------------
+# -- _openai_client.Client -------------------------------------------------------------------------------------------
 
 def test_openai_client_trusts_the_server_with_its_ca(https, pki):
-    client = probe.Client(https + "/v1", KEY, timeout=10, ca_path=pki["ca"], tokenize_url="")
+    client = Client(https + "/v1", KEY, timeout=10, ca_path=pki["ca"], tokenize_url="")
     resp = client.request(client.base_url + "/v1/models")
     assert resp.ok and resp.body["data"][0]["id"] == "qwen", resp.summary()
     chat = client.chat({"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
@@ -169,19 +170,19 @@ def test_openai_client_trusts_the_server_with_its_ca(https, pki):
 @pytest.mark.parametrize("ca", [None, "other_ca"])
 def test_openai_client_without_the_ca_is_a_permanent_tls_failure_naming_url_and_ca_path(https, pki, ca):
     ca_path = pki[ca] if ca else None
-    client = probe.Client(https, KEY, timeout=10, ca_path=ca_path)
+    client = Client(https, KEY, timeout=10, ca_path=ca_path)
     resp = client.request(https + "/v1/models")
     assert resp.status is None and resp.error.startswith("tls: "), resp.summary()
     _refused_for_the_ca(resp.error, https + "/v1/models", ca_path)
-    cls, why = probe.classify(resp, "qwen")
-    assert cls == "tls" and probe.is_permanent(cls)
+    cls, why = classify(resp, "qwen")
+    assert cls == "tls" and is_permanent(cls)
     _refused_for_the_ca(why, https + "/v1/models", ca_path)
 
 
 @pytest.mark.parametrize("bad, why", [("missing", "does not exist"), ("not_pem", "holds no PEM certificate")])
 def test_openai_client_refuses_a_ca_path_that_is_no_ca_file(pki, bad, why):
     with pytest.raises(CaPathError) as info:
-        probe.Client("https://127.0.0.1:9", KEY, ca_path=pki[bad])
+        Client("https://127.0.0.1:9", KEY, ca_path=pki[bad])
     assert isinstance(info.value, ValueError) and info.value.ca_path == pki[bad]
     assert str(info.value).startswith("ca_path %s %s" % (pki[bad], why)), str(info.value)
 

@@ -12,39 +12,11 @@ import socket
 from lab.ansible_runner import run_module
 from support.local_http import JsonStub, gpustack_page
 
-from ansible_collections.pairserve.llm.plugins.module_utils import openai_probe as probe
-
 
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]  # closed again on return: nothing listens there
-
-
-def test_reach_urls_follow_gpustacks_own_rule():
-    workers = [{"id": 7, "name": "node-b", "ip": "10.0.0.2", "advertise_address": None, "port": 10170}]
-    inst = {"worker_id": 7, "worker_ip": "10.0.0.2", "port": 40100}
-    assert probe.reach_urls(inst, workers) == {"worker": "http://10.0.0.2:10170/healthz",
-                                               "replica": "http://10.0.0.2:40100/health"}
-    workers[0]["advertise_address"] = "node-b.lan"
-    assert probe.reach_urls(inst, workers)["worker"] == "http://node-b.lan:10170/healthz"
-    assert probe.reach_urls({"worker_id": 8}, workers) == {"worker": None, "replica": None}
-
-
-def test_the_node_whose_worker_does_not_answer_leads_the_diagnosis():
-    down = {"url": "http://10.0.0.2:10170/healthz", "ok": False, "error": "unreachable: [Errno 111] Connection refused"}
-    up = {"url": "http://10.0.0.1:10150/healthz", "ok": True, "error": "HTTP 200"}
-    instances = [{"name": "qwen-node-a-1", "worker_name": "node-a", "state": "running", "reach": {"worker": up}},
-                 {"name": "qwen-node-b-1", "worker_name": "node-b", "state": "running", "reach": {"worker": down}}]
-    results = [{"check": "text", "ok": False, "status": 503, "class": "unavailable", "permanent": False,
-                "message": "HTTP 503: a target has no running instance or its backend is unreachable"}]
-    lines = probe.diagnosis("qwen", results, instances).splitlines()
-    assert lines[0].startswith("[node-b] the worker at http://10.0.0.2:10170 does not answer (unreachable: "), lines
-    assert "GPUStack still lists it as running" in lines[0] and "node-a" not in lines[0]
-    assert lines[1].startswith("[qwen] check text failed (HTTP 503"), lines
-    assert "instance qwen-node-a-1 on node-a: state running" in lines
-    assert "instance qwen-node-b-1 on node-b: state unreachable (GPUStack lists it as running; its worker does not " \
-           "answer)" in lines
 
 
 def test_llm_verify_probes_the_workers_and_names_the_unreachable_node_first():
