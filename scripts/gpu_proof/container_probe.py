@@ -404,11 +404,12 @@ def _phase(steps, denv, phase, sock, gpu):
         _case(cases, steps, denv, phase, "replica", "gpu_unprivileged",
               "%s %s %s" % (replica_all.replace("--privileged", "").strip(), devices, hand_over),
               image="ctp/hostusr:1", command=check, marker=TORCH_SUM)
+    health = HEALTH_SETTINGS.format(sock=sock)
     rc, out = sh(steps, "%s_health_all" % phase,
                  "docker run -d --name ctp-%s-health %s ctp/busybox:1 /bin/busybox sleep 3600 >/dev/null; "
                  "sleep 1; docker inspect -f '{{.State.Status}} {{.RestartCount}} {{.State.Error}}' ctp-%s-health"
-                 % (phase, HEALTH_SETTINGS.format(sock=sock), phase), timeout=60, env=denv)
-    cases.append({"phase": phase, "container": "health", "name": "all", "flags": HEALTH_SETTINGS, "rc": rc,
+                 % (phase, health, phase), timeout=60, env=denv)
+    cases.append({"phase": phase, "container": "health", "name": "all", "flags": health, "rc": rc,
                   "ok": rc == 0 and out.startswith("running"), "error": "" if rc == 0 else out.strip()[-500:],
                   "host_config": {}})
     sh(steps, "%s_cleanup_containers" % phase, "docker ps -aq | xargs -r docker rm -f", timeout=60, env=denv)
