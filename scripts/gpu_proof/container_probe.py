@@ -9,6 +9,14 @@
                                                           imported from a local tar, a container run, then one
                                                           with the GPU handed over as nvidia-container-runtime
                                                           does (device nodes, driver libraries bind-mounted)
+    container_probe.py gpustack-specs --bin DIR --wrapper W --out FILE
+                                                          the containers GPUStack 2.2.3 / gpustack-runtime 0.2.1
+                                                          ask Docker for (pause, replica, health sidecar): each
+                                                          setting alone, all together, the replica with the GPU;
+                                                          first on runc, then with the OCI runtime wrapper W
+                                                          (scripts/lib/runc-no-negative-oom) as dockerd's default
+                                                          runtime; plus the root's capabilities, decoded, and
+                                                          whether it may lower an OOM score
 
 DIR (made on the development machine, whose reachable mirror is Debian's):
     apt-get download docker.io containerd runc tini busybox-static libdevmapper1.02.1 libseccomp2
@@ -29,6 +37,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -128,12 +137,8 @@ def _wait_socket(sock, proc, limit=40):
     return Path(sock).exists()
 
 
-def docker(args):
-    steps = []
-    bindir = Path(args.bin).resolve()
-    root = WORK / "docker"
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
+def _docker_env(steps, bindir):
+    """The environment dockerd and the docker CLI run with: the carried binaries first, their libraries if needed."""
     env = dict(os.environ)
     env["PATH"] = "%s:%s" % (bindir / "bin", env.get("PATH", ""))
     sh(steps, "versions", "dockerd --version; docker --version; containerd --version; runc --version; "
@@ -143,32 +148,70 @@ def docker(args):
         env["LD_LIBRARY_PATH"] = "%s:%s" % (bindir / "lib", env.get("LD_LIBRARY_PATH", ""))
         sh(steps, "ldd_with_carried_libs", "ldd $(command -v dockerd) | grep -E 'devmapper|not found'; "
                                            "ldd $(command -v runc) | grep -E 'seccomp|not found'", env=env)
+    return env
+
+
+def _start_dockerd(steps, root, env, label="", extra=()):
+    """dockerd as a plain process (own socket, data and exec roots, no iptables, no bridge); overlay2, else vfs.
+
+    Returns (process or None, storage driver or None); each try is a step named dockerd[_label]_<driver>.
+    """
     sock = root / "docker.sock"
     denv = dict(env, DOCKER_HOST="unix://%s" % sock)
-    daemon = None
-    result = {"mode": "docker", "steps": steps, "summary": {}}
+    tag = "%s_" % label if label else ""
     for driver in ("overlay2", "vfs"):
-        log = open(root / ("dockerd-%s.log" % driver), "w", encoding="utf-8")  # pylint: disable=consider-using-with
+        logfile = root / ("dockerd-%s%s.log" % (tag, driver))
+        log = open(logfile, "w", encoding="utf-8")  # pylint: disable=consider-using-with
         cmd = ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
                "--pidfile", str(root / "docker.pid"), "-H", "unix://%s" % sock, "--iptables=false",
                "--ip6tables=false", "--bridge=none", "--ip-masq=false", "--userland-proxy=false",
                "--storage-driver", driver, "--exec-opt", "native.cgroupdriver=cgroupfs",
-               "--cgroup-parent", "ctp-docker"]
+               "--cgroup-parent", "ctp-docker"] + list(extra)
         started = time.monotonic()
         daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,  # pylint: disable=consider-using-with
                                   start_new_session=True)
         up = _wait_socket(sock, daemon)
         if up:
-            rc, out = sh(steps, "docker_version_%s" % driver, "docker version", env=denv)
+            rc, dummy = sh(steps, "docker_version_%s%s" % (tag, driver), "docker version", env=denv)
             up = rc == 0
-        steps.append({"name": "dockerd_%s" % driver, "command": " ".join(cmd), "rc": daemon.poll(),
+        steps.append({"name": "dockerd_%s%s" % (tag, driver), "command": " ".join(cmd), "rc": daemon.poll(),
                       "seconds": round(time.monotonic() - started, 2), "up": up,
-                      "output": (root / ("dockerd-%s.log" % driver)).read_text(errors="replace")[-6000:]})
+                      "output": logfile.read_text(errors="replace")[-6000:]})
         if up:
-            result["summary"]["storage_driver"] = driver
-            break
+            return daemon, driver
         _stop(daemon)
-        daemon = None
+        if sock.exists():
+            sock.unlink()
+    return None, None
+
+
+def _gpu_handover():
+    """What nvidia-container-runtime would add, by hand: --device for each NVIDIA character device, a -v (read-only)
+    for each prefix of the host's Python and torch outside /usr, and a PATH that finds that Python first."""
+    devices = " ".join("--device %s" % d for d in sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+                       if Path(d).is_char_device())
+    torch_spec = importlib.util.find_spec("torch")
+    prefixes = {sys.prefix, sys.base_prefix, str(Path(shutil.which("python3") or sys.executable).resolve().parents[1])}
+    if torch_spec and torch_spec.origin:
+        prefixes.add(str(Path(torch_spec.origin).parents[1]))
+    binds = " ".join("-v %s:%s:ro" % (d, d) for d in sorted(prefixes) if not d.startswith("/usr"))
+    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+    return devices, binds, path
+
+
+def docker(args):
+    steps = []
+    bindir = Path(args.bin).resolve()
+    root = WORK / "docker"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    env = _docker_env(steps, bindir)
+    sock = root / "docker.sock"
+    denv = dict(env, DOCKER_HOST="unix://%s" % sock)
+    result = {"mode": "docker", "steps": steps, "summary": {}}
+    daemon, driver = _start_dockerd(steps, root, env)
+    if driver:
+        result["summary"]["storage_driver"] = driver
     result["summary"]["dockerd_up"] = daemon is not None
     if daemon is None:
         return result
@@ -189,16 +232,8 @@ def docker(args):
            "r=%s/rootfs-usr; mkdir -p $r/usr $r/etc $r/tmp $r/proc $r/sys $r/dev $r/root && "
            "for l in bin sbin lib lib64; do ln -sfn usr/$l $r/$l; done && "
            "tar -C $r -c . | docker import - ctp/hostusr:1" % root, timeout=60, env=denv)
-        devices = " ".join("--device %s" % d for d in sorted(str(p) for p in Path("/dev").glob("nvidia*"))
-                           if Path(d).is_char_device())
+        devices, binds, path = _gpu_handover()
         smi = shutil.which("nvidia-smi") or "/usr/bin/nvidia-smi"
-        # The host's Python and torch, wherever they live: /usr, and any prefix outside it, read-only.
-        torch_spec = importlib.util.find_spec("torch")
-        prefixes = {sys.prefix, sys.base_prefix, str(Path(shutil.which("python3") or sys.executable).resolve().parents[1])}
-        if torch_spec and torch_spec.origin:
-            prefixes.add(str(Path(torch_spec.origin).parents[1]))
-        binds = " ".join("-v %s:%s:ro" % (d, d) for d in sorted(prefixes) if not d.startswith("/usr"))
-        path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
         gpu_run = ("docker run --rm --network host %s -v /usr:/usr:ro %s -v /etc/ld.so.cache:/etc/ld.so.cache:ro "
                    "-e LD_LIBRARY_PATH=%s -e PATH=%s ctp/hostusr:1 "
                    % (devices, binds, os.environ.get("LD_LIBRARY_PATH", ""), path))
@@ -222,6 +257,260 @@ def docker(args):
     return result
 
 
+# Linux capability numbers (linux/capability.h): bit n of a Cap* mask in /proc/<pid>/status is CAPABILITIES[n].
+CAPABILITIES = (
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+    "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
+    "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+    "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
+    "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+    "CHECKPOINT_RESTORE",
+)
+
+
+def decode_caps(status_text, last_cap):
+    """capsh --decode for every Cap* line of /proc/<pid>/status: the names set, and those of 0..last_cap missing."""
+    decoded = {}
+    for line in status_text.splitlines():
+        if not line.startswith("Cap") or ":" not in line:
+            continue
+        key, value = line.split(":", 1)
+        mask = int(value.strip(), 16)
+        names = ["CAP_" + (CAPABILITIES[n] if n < len(CAPABILITIES) else str(n)) for n in range(64) if mask >> n & 1]
+        missing = ["CAP_" + (CAPABILITIES[n] if n < len(CAPABILITIES) else str(n)) for n in range(last_cap + 1)
+                   if not mask >> n & 1]
+        decoded[key] = {"hex": value.strip(), "count": len(names), "missing": missing}
+    return decoded
+
+
+# What gpustack-runtime 0.2.1's Docker deployer asks the engine for when GPUStack 2.2.3's vLLM backend creates a
+# replica (docs/gpu-proof.md, "Part 2: GPUStack's containers on the lent machine", cites the lines), as docker CLI
+# flags that set the same HostConfig fields. GPUStack names no OCI runtime: the engine's default one runs them.
+SHM_BYTES = 10 * (1 << 30)  # GPUStack's GPUSTACK_MODEL_RUNTIME_SHM_SIZE_GIB default, 10 GiB, in bytes
+PAUSE_SETTINGS = (
+    ("oom_score_adj", "--oom-score-adj -998"),
+    ("privileged", "--privileged"),  # the pause is privileged when a RUN container is, and vLLM's is
+    ("no_new_privileges", "--security-opt no-new-privileges"),
+    ("ipc_shareable", "--ipc shareable"),
+    ("shm_size", "--shm-size %d" % SHM_BYTES),
+    ("network_host", "--network host"),
+    ("restart_no", "--restart no"),
+)
+HOLDER = "{holder}"  # the running pause container whose namespaces a replica joins
+REPLICA_SETTINGS = (
+    ("network_container", "--network container:%s" % HOLDER),
+    ("ipc_container", "--ipc container:%s" % HOLDER),
+    ("shm_size_with_ipc_container", "--ipc container:%s --shm-size %d" % (HOLDER, SHM_BYTES)),
+    ("privileged", "--privileged"),
+    ("visible_devices_env", "-e NVIDIA_VISIBLE_DEVICES=0 -e CUDA_VISIBLE_DEVICES=0"),
+    ("model_dir_bind", "--mount type=bind,source=%s,target=%s" % (WORK / "models", WORK / "models")),  # mode RWX
+    ("healthcheck_none", "--no-healthcheck"),
+)
+# The unhealthy-restart (autoheal) sidecar, made only when the first check of a RUN container has teardown set;
+# GPUStack 2.2.3's vLLM backend sets no checks, so a replica gets none. Its settings are tried once, together.
+HEALTH_SETTINGS = "--restart always --network none -v {sock}:/var/run/docker.sock -e AUTOHEAL_CONTAINER_LABEL=ctp"
+# Inside each container: what it was given (OOM score, capabilities, no_new_privs, /dev/shm), then a marker.
+READ = ("/bin/busybox sh -c 'echo oom=$(cat /proc/self/oom_score_adj); "
+        "grep -E \"^(CapEff|CapBnd|NoNewPrivs)\" /proc/self/status; df -k /dev/shm | tail -1; echo ctp-ok'")
+HOST_CONFIG_KEYS = ("Privileged", "OomScoreAdj", "SecurityOpt", "IpcMode", "NetworkMode", "ShmSize", "RestartPolicy",
+                    "CapAdd", "Runtime", "Devices", "Mounts")
+GPU_CHECK = '''import os
+import torch
+x = torch.arange(1 << 20, device="cuda", dtype=torch.float64)
+print("visible", os.environ.get("NVIDIA_VISIBLE_DEVICES"), os.environ.get("CUDA_VISIBLE_DEVICES"))
+print("gpu", torch.cuda.get_device_name(0).replace(" ", "_"), float(x.sum()), torch.cuda.device_count())
+'''
+TORCH_SUM = repr(float(sum(range(1 << 20))))
+
+
+def _case(cases, steps, denv, phase, container, name, flags, image="ctp/busybox:1", command=READ, marker="ctp-ok"):
+    """docker create with the flags, its HostConfig as the engine stored it, docker start -a, docker rm."""
+    cname = "ctp-%s-%s-%s" % (phase, container, name.replace("_", "-"))
+    hc_file = WORK / "gs" / ("%s.hostconfig.json" % cname)
+    command_line = ("docker create --name {n} {f} {i} {c} >/dev/null && "
+                    "docker inspect -f '{{{{json .HostConfig}}}}' {n} > {h} && docker start -a {n}; rc=$?; "
+                    "docker rm -f {n} >/dev/null 2>&1; exit $rc").format(n=cname, f=flags, i=image, c=command, h=hc_file)
+    rc, out = sh(steps, "%s_%s_%s" % (phase, container, name), command_line, timeout=180, env=denv)
+    host_config = {}
+    if hc_file.exists():
+        stored = json.loads(hc_file.read_text(encoding="utf-8") or "{}")
+        host_config = {k: stored.get(k) for k in HOST_CONFIG_KEYS}
+    errors = [line for line in out.splitlines() if "Error" in line or "error" in line]
+    case = {"phase": phase, "container": container, "name": name, "flags": flags, "rc": rc,
+            "ok": rc == 0 and marker in out, "error": errors[-1] if errors else "", "host_config": host_config,
+            "inside": _inside(out)}
+    cases.append(case)
+    return case
+
+
+def _inside(out):
+    """What a container read about itself (READ's lines): OOM score, capability masks, no_new_privs, /dev/shm KiB."""
+    found = {}
+    for key, pattern in (("oom_score_adj", r"^oom=(-?\d+)$"), ("CapEff", r"^CapEff:\s*([0-9a-f]+)$"),
+                         ("CapBnd", r"^CapBnd:\s*([0-9a-f]+)$"), ("NoNewPrivs", r"^NoNewPrivs:\s*(\d)$"),
+                         ("shm_kib", r"^\S+\s+(\d+)\s+\d+\s+\d+\s+\d+%\s+/dev/shm$")):
+        match = re.search(pattern, out, re.M)
+        if match:
+            found[key] = match.group(1)
+    return found
+
+
+def _holder(steps, denv, phase, flags):
+    """The pause container replicas join: started detached, as the deployer starts it; its state and, read on the
+    host, its OOM score and capabilities."""
+    cname = "ctp-%s-holder" % phase
+    rc, out = sh(steps, "%s_holder" % phase,
+                 "docker run -d --name %s %s ctp/busybox:1 /bin/busybox sleep 3600 >/dev/null; rc=$?; "
+                 "docker inspect -f '{{.State.Status}} {{.State.Pid}} {{.State.Error}}' %s; "
+                 "pid=$(docker inspect -f '{{.State.Pid}}' %s); [ \"$pid\" -gt 0 ] 2>/dev/null && "
+                 "{ echo oom=$(cat /proc/$pid/oom_score_adj); grep -E '^Cap(Eff|Bnd)' /proc/$pid/status; }; exit $rc"
+                 % (cname, flags, cname, cname), timeout=60, env=denv)
+    return cname, rc == 0 and out.startswith("running")
+
+
+def _phase(steps, denv, phase, sock, gpu):
+    """GPUStack's pause, replica and health settings, each alone, then together, then the replica with the GPU."""
+    cases = []
+    for name, flags in PAUSE_SETTINGS:
+        _case(cases, steps, denv, phase, "pause", name,
+              flags if "--network" in flags else flags + " --network none")
+    pause_all = " ".join(flags for dummy, flags in PAUSE_SETTINGS)
+    whole = _case(cases, steps, denv, phase, "pause", "all", pause_all)
+    # A replica joins the pause's namespaces: the pause as GPUStack asks for it if that starts, else the pause with
+    # only the settings that passed alone, so the replica's own settings are still tried.
+    kept = pause_all if whole["ok"] else " ".join(
+        flags for (name, flags) in PAUSE_SETTINGS
+        if any(c["ok"] for c in cases if c["container"] == "pause" and c["name"] == name))
+    holder, running = _holder(steps, denv, phase, kept)
+    result = {"cases": cases, "holder": {"name": holder, "flags": kept, "running": running,
+                                         "as_gpustack_asks": kept == pause_all}}
+    if running:
+        for name, flags in REPLICA_SETTINGS:
+            flags = flags.replace(HOLDER, holder)
+            _case(cases, steps, denv, phase, "replica", name,
+                  flags if "--network" in flags else flags + " --network none")
+        replica_all = " ".join(f.replace(HOLDER, holder) for dummy, f in REPLICA_SETTINGS
+                               if not f.startswith("--ipc container") or "--shm-size" in f)
+        _case(cases, steps, denv, phase, "replica", "all", replica_all)
+        devices, binds, path = gpu
+        hand_over = ("-v /usr:/usr:ro %s -v /etc/ld.so.cache:/etc/ld.so.cache:ro -e LD_LIBRARY_PATH=%s -e PATH=%s"
+                     % (binds, os.environ.get("LD_LIBRARY_PATH", ""), path))
+        check = ("/bin/sh -c 'echo oom=$(cat /proc/self/oom_score_adj); grep -E \"^(CapEff|CapBnd)\" /proc/self/status; "
+                 "%s %s && echo ctp-ok'" % (sys.executable, WORK / "models" / "gpu_check.py"))
+        # Privileged, a container gets every device node; the driver's libraries come as the probe gave them.
+        _case(cases, steps, denv, phase, "replica", "gpu", "%s %s" % (replica_all, hand_over),
+              image="ctp/hostusr:1", command=check, marker=TORCH_SUM)
+        # What the replica would need if privileged were dropped: the NVIDIA device nodes named one by one.
+        _case(cases, steps, denv, phase, "replica", "gpu_unprivileged",
+              "%s %s %s" % (replica_all.replace("--privileged", "").strip(), devices, hand_over),
+              image="ctp/hostusr:1", command=check, marker=TORCH_SUM)
+    health = HEALTH_SETTINGS.format(sock=sock)
+    rc, out = sh(steps, "%s_health_all" % phase,
+                 "docker run -d --name ctp-%s-health %s ctp/busybox:1 /bin/busybox sleep 3600 >/dev/null; "
+                 "sleep 1; docker inspect -f '{{.State.Status}} {{.RestartCount}} {{.State.Error}}' ctp-%s-health"
+                 % (phase, health, phase), timeout=60, env=denv)
+    cases.append({"phase": phase, "container": "health", "name": "all", "flags": health, "rc": rc,
+                  "ok": rc == 0 and out.startswith("running"), "error": "" if rc == 0 else out.strip()[-500:],
+                  "host_config": {}})
+    sh(steps, "%s_cleanup_containers" % phase, "docker ps -aq | xargs -r docker rm -f", timeout=60, env=denv)
+    return result
+
+
+def _leftovers(limit=10.0):
+    """Processes still running from under the probe's directory (containerd's shims leave on their own, later)."""
+    deadline = time.monotonic() + limit
+    while True:
+        found = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(WORK) in cmdline and int(proc.name) != os.getpid():
+                found.append("%s %s" % (proc.name, cmdline.strip()[:200]))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def _after_stop(steps, name):
+    """dockerd leaves its default netns mount and the cgroup parent's directories: take them away too; a process
+    of its own still running after 10 s (a shim) is recorded and stopped by its PID."""
+    left = _leftovers()
+    for line in left:
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except OSError:
+            pass
+    steps.append({"name": name + "_processes", "command": "scan /proc/*/cmdline for %s" % WORK,
+                  "rc": 0, "seconds": 0, "output": "\n".join(left)})
+    sh(steps, name, "grep ' %s' /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r -n1 umount; "
+                    "find /sys/fs/cgroup -depth -type d -path '*ctp-docker*' -exec rmdir {} \\; ; "
+                    "grep -c ' %s' /proc/mounts; find /sys/fs/cgroup -type d -name 'ctp-docker*' | wc -l"
+                    % (WORK, WORK))
+
+
+def gpustack_specs(args):
+    """GPUStack's containers, as its Docker deployer asks for them, on dockerd with runc, then with the wrapper."""
+    steps = []
+    result = {"mode": "gpustack-specs", "steps": steps, "summary": {}, "phases": {}}
+    sh(steps, "host", "uname -r; cat /proc/1/comm; nvidia-smi -L 2>&1")
+    # The root's own limits: capabilities (decoded) and whether it may lower an OOM score.
+    rc, out = sh(steps, "caps", "grep Cap /proc/self/status; cat /proc/sys/kernel/cap_last_cap")
+    last_cap = int(out.split()[-1]) if rc == 0 else 63
+    result["caps"] = decode_caps(out, last_cap)
+    result["caps"]["cap_last_cap"] = last_cap
+    sh(steps, "capsh", "command -v capsh && capsh --decode=$(awk '/^CapBnd/ {print $2}' /proc/self/status)")
+    sh(steps, "oom_read", "echo self=$(cat /proc/self/oom_score_adj) pid1=$(cat /proc/1/oom_score_adj)")
+    for value in ("-998", "-1", "0", "500"):
+        sh(steps, "oom_write_%s" % value, "echo %s > /proc/self/oom_score_adj && cat /proc/self/oom_score_adj"
+           % value)
+    bindir = Path(args.bin).resolve()
+    root = WORK / "gs"
+    shutil.rmtree(WORK, ignore_errors=True)
+    (WORK / "models").mkdir(parents=True)
+    root.mkdir(parents=True)
+    (WORK / "models" / "gpu_check.py").write_text(GPU_CHECK, encoding="utf-8")
+    env = _docker_env(steps, bindir)
+    sock = root / "docker.sock"
+    denv = dict(env, DOCKER_HOST="unix://%s" % sock)
+    # The stand-in runtime: the wrapper in front of the carried runc, registered with dockerd as its default in the
+    # second phase, so the deployer's requests reach it unchanged (GPUStack names no runtime).
+    shim = root / "pairserve-clamp"
+    shim.write_text("#!/bin/sh\nPAIRSERVE_REAL_RUNC=%s exec %s %s \"$@\"\n"
+                    % (bindir / "bin" / "runc", sys.executable, Path(args.wrapper).resolve()), encoding="utf-8")
+    shim.chmod(0o755)
+    gpu = _gpu_handover()
+    result["gpu_handover"] = {"devices": gpu[0], "binds": gpu[1], "path": gpu[2]}
+    clamp = ("--add-runtime", "pairserve-clamp=%s" % shim, "--default-runtime", "pairserve-clamp")
+    for phase, extra in (("runc", ()), ("clamp", clamp)):
+        daemon, driver = _start_dockerd(steps, root, env, label=phase, extra=extra)
+        result["summary"]["dockerd_%s" % phase] = driver
+        if daemon is None:
+            continue
+        try:
+            sh(steps, "%s_default_runtime" % phase, "docker info -f '{{.DefaultRuntime}} {{json .Runtimes}}'",
+               env=denv)
+            sh(steps, "%s_images" % phase,
+               "docker image inspect ctp/busybox:1 >/dev/null 2>&1 || { r=%s/rootfs-bb; "
+               "mkdir -p $r/bin $r/tmp $r/proc $r/sys $r/dev $r/etc && cp %s/bin/busybox $r/bin/ && "
+               "ln -sf busybox $r/bin/sh && tar -C $r -c . | docker import - ctp/busybox:1; }; "
+               "docker image inspect ctp/hostusr:1 >/dev/null 2>&1 || { r=%s/rootfs-usr; "
+               "mkdir -p $r/usr $r/etc $r/tmp $r/proc $r/sys $r/dev $r/root && "
+               "for l in bin sbin lib lib64; do ln -sfn usr/$l $r/$l; done && "
+               "tar -C $r -c . | docker import - ctp/hostusr:1; }; docker images --format '{{.Repository}}:{{.Tag}}'"
+               % (root, bindir, root), timeout=60, env=denv)
+            result["phases"][phase] = _phase(steps, denv, phase, sock, gpu)
+        finally:
+            _stop(daemon)
+            log = root / ("dockerd-%s_%s.log" % (phase, driver))
+            sh(steps, "%s_dockerd_notes" % phase, "grep -iE 'oom|capab|level=(warn|error)' %s | head -40" % log)
+            _after_stop(steps, "%s_after_stop" % phase)
+    for phase, part in result["phases"].items():
+        result["summary"][phase] = {"%s_%s" % (c["container"], c["name"]): c["ok"] for c in part["cases"]}
+    return result
+
+
 def _stop(proc):
     if proc is None or proc.poll() is not None:
         return
@@ -241,9 +530,13 @@ def main(argv=None):
     p = sub.add_parser("docker")
     p.add_argument("--bin", required=True)
     p.add_argument("--out", required=True)
+    p = sub.add_parser("gpustack-specs")
+    p.add_argument("--bin", required=True)
+    p.add_argument("--wrapper", required=True, help="the OCI runtime wrapper to try in front of runc")
+    p.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     started = time.monotonic()
-    result = {"static": static, "docker": docker}[args.cmd](args)
+    result = {"static": static, "docker": docker, "gpustack-specs": gpustack_specs}[args.cmd](args)
     result["seconds"] = round(time.monotonic() - started, 1)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(result["summary"]))
