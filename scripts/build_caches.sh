@@ -2,7 +2,8 @@
 # Builds every expensive thing the suite and the lab share, once per machine (each step keeps a stamp
 # and is a no-op afterwards), and prints what each phase cost:
 #   - the wheelhouse of the lab's pinned GPUStack (PostgreSQL test server venv, molecule nodes and lab nodes install
-#     from it), and the wheels of the controller's venv (the lab's sleep/wake and queue-weights scenarios)
+#     from it), the integration tier's GPUStack venv made from it, and the wheels of the controller's venv (the lab's
+#     sleep/wake and queue-weights scenarios)
 #   - the CPU venv of the vLLM the integration tier serves (lab/pins.py SERVE_VLLM: serves the tiny model) and the
 #     parser venv of the lab's pinned vLLM (argv checks)
 #   - the serving venv of the lab's pinned vLLM (for 0.25.1 its own torch 2.11 and torchvision: the image check's
@@ -42,6 +43,11 @@ if [ "$group" = gpustack ]; then
   gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
   phase "GPUStack $gpustack_version wheelhouse" bash scripts/build_wheelhouse.sh "$gpustack_version"
   phase "controller wheels" bash scripts/build_controller_wheels.sh
+  # The integration tier's GPUStack (tests/support/gpustack_server.py, ensure_venv: once, under its own lock), which
+  # both of its GPUStack sessions otherwise wait for in their first fixture.
+  phase "GPUStack $gpustack_version test venv" .venv/bin/python -c \
+    'import sys; sys.path[:0] = ["tests", "."]; from support.gpustack_server import ensure_venv; ensure_venv(sys.argv[1])' \
+    "$gpustack_version"
   # shellcheck source=lib/podman-env.sh
   . scripts/lib/podman-env.sh
   phase "node image" pairserve_build_node_image
