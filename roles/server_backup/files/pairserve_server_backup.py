@@ -214,6 +214,32 @@ def state(cfg):
     return {"tables": table_count(cfg), "data_files": data, "restored": record}
 
 
+# GPUStack 2.2.3's server judges workers by the heartbeat time in its database: its worker syncer (every 15 s, the
+# first 15 s after the start) marks a worker not_ready once that time is older than
+# GPUSTACK_WORKER_HEARTBEAT_GRACE_PERIOD (150 s), and its worker instance cleaner (every 30 s, the first 30 s after
+# the start) deletes every model instance of a not_ready worker whose heartbeat is older than
+# GPUSTACK_MODEL_INSTANCE_RESCHEDULE_GRACE_PERIOD (300 s). A restored database holds the heartbeats of the backup's
+# time, so a worker that kept serving while the server was gone would lose its running instances (a cold start)
+# when its next heartbeat reaches the restored server after the cleaner's first pass. The restored workers that
+# GPUStack judges by heartbeat therefore start from the restore's time, not_ready with a message, until each
+# reports again: the next status report of a live worker makes it ready (and its heartbeats keep the cleaner off),
+# while a worker that never comes back is rescheduled as GPUStack would after any server restart.
+RESTORED_WORKER_MESSAGE = ("Restored from a backup (pairserve-server-backup): waiting for this worker's first status "
+                           "report to the restored server.")
+HOLD_RESTORED_WORKERS = (
+    "UPDATE workers SET heartbeat_time = date_trunc('second', now() AT TIME ZONE 'UTC'), state = 'NOT_READY', "
+    "state_message = '" + RESTORED_WORKER_MESSAGE.replace("'", "''") + "' "
+    "WHERE state IN ('READY', 'NOT_READY', 'UNREACHABLE') RETURNING id")
+
+
+def hold_restored_workers(cfg):
+    """Restart the heartbeat clock of the restored workers at the restore's time and keep them not_ready until they
+    report (the comment above says why); returns how many were held."""
+    out = run(pg_argv(cfg, "psql", "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", cfg["db_name"], "-c",
+                      HOLD_RESTORED_WORKERS))
+    return len([line for line in out.splitlines() if line.strip().isdigit()])
+
+
 def write_atomic(dest, data, mode, owner=None):
     directory = os.path.dirname(dest)
     fd, tmp = tempfile.mkstemp(prefix=".restore-", dir=directory)
@@ -261,6 +287,7 @@ def restore(cfg, path, force=False):
                             "DROP SCHEMA public CASCADE; CREATE SCHEMA public"
                             + (f"; ALTER SCHEMA public OWNER TO \"{cfg['db_user']}\"" if cfg.get("db_user") else "")))
             run(pg_argv(cfg, "pg_restore", *args, dump))
+        held = hold_restored_workers(cfg)
         os.makedirs(cfg["data_dir"], exist_ok=True)
         os.makedirs(cfg["secrets_dir"], mode=0o700, exist_ok=True)
         written = []
@@ -280,7 +307,7 @@ def restore(cfg, path, force=False):
     if cfg.get("restore_record"):
         os.makedirs(os.path.dirname(cfg["restore_record"]), exist_ok=True)
         write_atomic(cfg["restore_record"], json.dumps(record, indent=1).encode() + b"\n", 0o600)
-    return {"restored": record, "files": written, "manifest": manifest_summary(manifest)}
+    return {"restored": record, "files": written, "manifest": manifest_summary(manifest), "workers_held": held}
 
 
 def main(argv=None):

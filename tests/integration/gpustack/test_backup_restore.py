@@ -10,9 +10,20 @@ the same route, model, API keys and worker records come back: the old inference 
 session worker's own token authenticates (a worker needs nothing new), and B kept A's jwt_secret_key. A rerun of
 restore.yml changes nothing and does not restart B.
 
-Cost: 90 to 150 s on the session's server and worker (2 cores shared with other work, load 3 to 5, 2026-12-06:
-backup 9-21 s, check mode and refusal 13-35 s, a fresh PostgreSQL + restore + GPUStack start on the restored
-database 28-59 s, the rerun 16-25 s): five ansible-playbook runs and one GPUStack start.
+A running replica survives the restore: a second model has an instance on the session worker when the backup is
+taken. Server B runs with shorter grace periods (heartbeat 60 s, reschedule 150 s, GPUStack's defaults 150 s and
+300 s) and the restore waits until the archive's worker heartbeat is older than both, as a real backup of hours ago
+is; the worker's next heartbeat reaches B a full heartbeat interval (30 s) after the play returns, after the first
+pass of B's worker instance cleaner. Without the restore holding the restored workers (pairserve_server_backup.py,
+hold_restored_workers) B's worker syncer marks the worker not_ready on its stale heartbeat and the cleaner deletes
+the instance; with it the instance keeps its id through two cleaner passes and the worker stays not_ready with the
+restore's message until it reports its status (the heartbeats alone do not make it ready).
+
+Cost: about 7.5 minutes on the session's server and worker (440-450 s in two runs on 2 shared cores): the replica's
+instance scheduled on the session worker (about 150 s), five ansible-playbook runs and one GPUStack start (backup
+8-21 s, check mode and refusal 13-35 s, a fresh PostgreSQL + restore + GPUStack start on the restored database
+28-59 s, the rerun 8-25 s), the wait until the archive's heartbeat is 120 s old, and 75 s of server B's cleaner
+passes.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,8 +43,10 @@ from pathlib import Path
 
 import pytest
 
+from gpustack_helpers import wait_for
 from lab import pins
 from lab.ansible_runner import REPO, run_module, run_playbook
+from support.gpustack_models import config_only_checkpoint, model_args
 from support.gpustack_server import Postgres, ensure_venv, free_port
 from support.recap import parse_recap
 
@@ -41,11 +55,16 @@ pytestmark = [pytest.mark.slow]
 BACKUP = REPO / "playbooks" / "backup.yml"
 RESTORE = REPO / "playbooks" / "restore.yml"
 OLD_KEY = "sk-pairserve-restore-old-inference-0001"
+# Server B's grace periods (GPUSTACK_WORKER_HEARTBEAT_GRACE_PERIOD, GPUSTACK_MODEL_INSTANCE_RESCHEDULE_GRACE_PERIOD)
+# and how old the archive's heartbeats are when the restore begins: older than both once B's cleaner first runs.
+HEARTBEAT_GRACE, RESCHEDULE_GRACE, ARCHIVE_AGE = 60, 150, 120
+WORKER_HEARTBEAT_INTERVAL = 30  # GPUStack 2.2.3's GPUSTACK_WORKER_HEARTBEAT_INTERVAL
 
 # Server B's service manager for the play's stop/start commands: by PID from a pid file, never by name.
 CTL = r'''
 import os, signal, subprocess, sys, time
 gpustack, config, pidfile, log, action = sys.argv[1:6]
+grace = sys.argv[6:8]
 if action == "stop" and os.path.exists(pidfile):
     pid = int(open(pidfile).read())
     try:
@@ -59,7 +78,8 @@ if action == "stop" and os.path.exists(pidfile):
     os.unlink(pidfile)
 if action == "start":
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
-           "HOME": os.environ.get("HOME", "/root"), "GPUSTACK_SKIP_RESERVE_EPHEMERAL_PORTS": "1"}
+           "HOME": os.environ.get("HOME", "/root"), "GPUSTACK_SKIP_RESERVE_EPHEMERAL_PORTS": "1",
+           "GPUSTACK_WORKER_HEARTBEAT_GRACE_PERIOD": grace[0], "GPUSTACK_MODEL_INSTANCE_RESCHEDULE_GRACE_PERIOD": grace[1]}
     with open(log, "ab") as out:
         proc = subprocess.Popen([gpustack, "start", "--config-file", config], stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=os.path.dirname(config), env=env, start_new_session=True)
@@ -101,6 +121,16 @@ def content(server_url, key):
     }
 
 
+def beat(url, token, stop, codes):
+    """A worker's heartbeats to a server that has just come back: the first one heartbeat interval later."""
+    if stop.wait(WORKER_HEARTBEAT_INTERVAL):
+        return
+    while True:
+        codes.append(http(url, token, method="POST")[0])
+        if stop.wait(10):
+            return
+
+
 def recap(result, host="gs"):
     return (parse_recap(result.stdout) or {}).get(host)
 
@@ -134,6 +164,14 @@ def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path
     (secrets_a / "inference-api-key").write_text(OLD_KEY + "\n")
     (secrets_a / "management-api-key").write_text(server.api_key + "\n")
     worker_token = (server.root / "worker" / "data" / "worker_token").read_text().strip()
+    # A replica with an instance on the session worker when the backup is taken: it must keep its id on server B.
+    (tmp_path / "ckpt-replica").mkdir()
+    replica = run_module("gpustack_model", model_args(server, config_only_checkpoint(tmp_path / "ckpt-replica"),
+                                                      "restore-replica"))
+    assert not replica.failed, replica.result
+    instance = wait_for(lambda: [i for i in server.items("/v2/model-instances")
+                                 if i["model_name"] == "restore-replica" and i.get("worker_id")],
+                        timeout=180, what="restore-replica's instance on the session worker")[0]
 
     common = {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
@@ -158,6 +196,7 @@ def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path
     server_b = tmp_path / "server-b"
     server_b.mkdir()
     url_b = f"http://127.0.0.1:{free_port()}"
+    stop_beating = threading.Event()
     try:
         # -- backup: one archive, root only, fetched; check mode takes none --------------------------------
         fetched = tmp_path / "fetched"
@@ -167,6 +206,7 @@ def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path
         archives = sorted((fetched / "gs").glob("pairserve-server-backup-*.tar.gz"))
         assert len(archives) == 1 and recap(taken)["changed"] >= 1, (archives, recap(taken))
         archive = archives[0]
+        backed_up = time.monotonic()
         on_node = tmp_path / "backups-a" / "server" / archive.name
         assert stat.S_IMODE(on_node.stat().st_mode) == 0o600 and stat.S_IMODE(on_node.parent.stat().st_mode) == 0o700
         assert stat.S_IMODE(archive.stat().st_mode) == 0o600
@@ -211,12 +251,21 @@ def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path
             pairserve_backup_config=str(tmp_path / "etc-b" / "server-backup.json"),
             pairserve_backup_restore_record=str(tmp_path / "state-b" / "server-restore.json"),
             pairserve_backup_restore_install=False, pairserve_backup_server_stop_command=base + ["stop"],
-            pairserve_backup_server_start_command=base + ["start"], pairserve_backup_restore_ready_timeout=240))
+            pairserve_backup_server_start_command=base + ["start", str(HEARTBEAT_GRACE), str(RESCHEDULE_GRACE)],
+            pairserve_backup_restore_ready_timeout=240))
+        # The archive's heartbeats as old as a backup of hours ago is to server B's grace periods.
+        time.sleep(max(0.0, ARCHIVE_AGE - (time.monotonic() - backed_up)))
         restored = run_playbook(RESTORE, inventory=inv_b, extra_vars={"pairserve_backup_restore_file": str(archive)},
                                 timeout=600)
         assert restored.rc == 0, restored.stdout[-5000:] + restored.stderr[-2000:] + (server_b / "server.log").read_text()[-3000:]
         assert "accepts the old inference key" in restored.stdout, restored.stdout[-3000:]
         steps["fresh PostgreSQL + restore + start"] = round(time.monotonic() - started - sum(steps.values()), 1)
+        # The session worker, as server B sees it: its next heartbeat one full interval after B answers (later than
+        # B's cleaner's first pass), then every 10 s, with the token it already holds.
+        back, beats = time.monotonic(), []
+        worker_beating = threading.Thread(target=beat, daemon=True,
+                                          args=(f"{url_b}/v2/worker-heartbeat", worker_token, stop_beating, beats))
+        worker_beating.start()
 
         # The same route, models, keys and workers; the old inference key serves the route's name on /v1.
         assert content(url_b, server.api_key) == before
@@ -227,8 +276,6 @@ def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path
         ask = {"model": "restore-route", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
         assert http(f"{url_b}/v1/chat/completions", OLD_KEY, method="POST", body=ask)[0] == 404  # no running instance
         assert http(f"{url_b}/v1/chat/completions", "sk-pairserve-never-issued", method="POST", body=ask)[0] == 401
-        # A worker re-attaches with the token it has: its heartbeat authenticates on the restored server.
-        assert http(f"{url_b}/v2/worker-heartbeat", worker_token, method="POST")[0] == 204
         assert http(f"{url_b}/v2/worker-heartbeat", "gpustack_0000_not-a-worker", method="POST")[0] == 401
         assert (server_b / "data" / "jwt_secret_key").read_text() == (data_a / "jwt_secret_key").read_text()
         assert (secrets_b / "inference-api-key").read_text().strip() == OLD_KEY
@@ -242,9 +289,23 @@ def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path
         assert again.rc == 0 and recap(again)["changed"] == 0, again.stdout[-4000:]
         assert "nothing to do" in again.stdout and (server_b / "pid").read_text() == pid_b
         steps["rerun"] = round(time.monotonic() - started - sum(steps.values()), 1)
+
+        # Two passes of B's worker instance cleaner (every 30 s from its start, before B answered), the second after
+        # the worker's first heartbeat: the running replica's instance is the same one, on the same worker.
+        time.sleep(max(0.0, WORKER_HEARTBEAT_INTERVAL + 45 - (time.monotonic() - back)))
+        on_b = [i for i in items(url_b, server.api_key, "/v2/model-instances") if i["model_name"] == "restore-replica"]
+        assert [(i["id"], i["worker_id"]) for i in on_b] == [(instance["id"], instance["worker_id"])], \
+            (instance, on_b, (server_b / "server.log").read_text()[-3000:])
+        # A worker re-attaches with the token it has: its heartbeats authenticate on the restored server. Until its
+        # first status report it is held not_ready with the restore's message (heartbeats alone do not make it ready).
+        assert beats and set(beats) == {204}, beats
+        worker_b = [w for w in items(url_b, server.api_key, "/v2/workers") if w["id"] == instance["worker_id"]][0]
+        assert worker_b["state"] == "not_ready" and "Restored from a backup" in (worker_b["state_message"] or ""), worker_b
+        steps["cleaner passes"] = round(time.monotonic() - started - sum(steps.values()), 1)
         said = [r.get("msg") for r in restored.results if "after the restore began" in str(r.get("msg", ""))]
         print(f"restore: {said}; steps (s): {steps}")
     finally:
+        stop_beating.set()
         if (server_b / "config.yaml").exists():
             subprocess.run([sys.executable, str(ctl), "-", str(server_b / "config.yaml"), str(server_b / "pid"),
                             os.devnull, "stop"], check=False, timeout=60)
@@ -253,3 +314,4 @@ def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path
         run_module("gpustack_route", {**server.key_args, "name": "restore-route", "state": "absent"})
         server.api("DELETE", f"/v2/models/{model['id']}")
         run_module("gpustack_api_key", {**server.auth_args, "name": "restore-inference", "state": "absent"})
+        run_module("gpustack_model", {**server.key_args, "name": "restore-replica", "state": "absent"})

@@ -1,7 +1,8 @@
 """pairserve-server-backup (roles/server_backup/files), the parts that need no database: an archive is checked member
 by member against its manifest before a restore touches anything (a missing, truncated, altered, incomplete or
 foreign archive is refused, naming the file and what is wrong), retention keeps the newest, a restore of another
-GPUStack version is refused before the database is asked, and restored files are written atomically, 0600.
+GPUStack version is refused before the database is asked, restored files are written atomically, 0600, and the
+restored workers are held (heartbeat at the restore's time, not_ready) right after pg_restore.
 The role's install entry point runs through Ansible on localhost (tmp paths, no timer): root-only files, check mode,
 a second run changed=0, bad settings refused before anything is written. The dump and restore themselves run
 against real PostgreSQL and GPUStack in tests/integration/gpustack/test_backup_restore.py."""
@@ -125,6 +126,32 @@ def test_a_restore_of_another_version_is_refused_before_the_database_is_asked(tm
     with pytest.raises(tool.Refused, match=r"taken from GPUStack 2\.2\.3, this node runs 2\.3\.0"):
         tool.restore(cfg, str(path))
     assert not (tmp_path / "data").exists() and not (tmp_path / "secrets").exists()
+
+
+def test_a_restore_holds_the_restored_workers_until_they_report(tmp_path, monkeypatch):
+    """Right after pg_restore, before the server starts: the workers GPUStack judges by heartbeat get the restore's
+    time and not_ready with a message, so its instance cleaner does not delete the running replicas' instances on
+    the backup's old heartbeats (docs/how-to/backup-restore.md, "The running replicas across a restore")."""
+    cfg = {"backup_dir": str(tmp_path), "keep": 1, "db_name": "gpustack", "data_dir": str(tmp_path / "data"),
+           "data_files": ["jwt_secret_key"], "secrets_dir": str(tmp_path / "secrets"), "gpustack_version": "2.2.3"}
+    calls = []
+
+    def fake_run(argv, stdout=None):
+        calls.append(argv)
+        sql = argv[-1]
+        if "information_schema.tables" in sql:
+            return "0\n"
+        return "4\n7\n" if sql.startswith("UPDATE workers") else ""
+
+    monkeypatch.setattr(tool, "run", fake_run)
+    out = tool.restore(cfg, str(archive(tmp_path / "a.tar.gz")))
+    assert [os.path.basename(c[0]) for c in calls] == ["psql", "pg_restore", "psql"]
+    update = calls[2][-1]
+    assert "heartbeat_time = date_trunc('second', now() AT TIME ZONE 'UTC')" in update
+    assert "state = 'NOT_READY'" in update and "worker''s first status report" in update
+    assert "WHERE state IN ('READY', 'NOT_READY', 'UNREACHABLE')" in update and "ON_ERROR_STOP=1" in calls[2]
+    assert out["workers_held"] == 2
+    assert (tmp_path / "data" / "jwt_secret_key").read_bytes() == MEMBERS["data/jwt_secret_key"]
 
 
 def test_restored_files_are_written_whole_and_root_only(tmp_path):
