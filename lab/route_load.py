@@ -10,7 +10,11 @@ until SIGTERM/SIGINT, --max-seconds or --max-requests, like an application that 
 a day-2 play runs. Each answer counts as ok (HTTP 200 with a non-empty choice) or failed (any other status, a
 connection error, a timeout or a 200 without content), with the first failures kept verbatim. The summary
 (JSON, written atomically when the loop ends and every --report-every seconds meanwhile) holds the counts, the
-failures by class and the latency percentiles; the last line on stdout says the same in words.
+failures by class, the latency percentiles, and when the route answered nothing: the first and last failure's
+time, and the longest gap between two answered requests that had failures in it (an outage: its start, the last
+answer before it; its end, the first answer after it, null while it lasts; times in seconds since the epoch, as
+`date +%s.%N` gives them, so a scenario can measure from its own events), with the requests answered and failed
+from its end on; the last line on stdout says the same in words.
 The key is read from a file and never printed. Only the given URL is contacted.
 """
 
@@ -37,29 +41,60 @@ PROMPTS = (
 
 
 class Tally:
-    """Counts and latencies shared by the worker threads."""
+    """Counts, latencies and outages shared by the worker threads. An outage is the time between two answered
+    requests (or the loop's start and its first answer) in which requests failed: how long a client of the route
+    got nothing. Times are the clock's when a request ended (`clock`: seconds since the epoch)."""
 
-    def __init__(self, keep: int = 20):
+    def __init__(self, keep: int = 20, clock=time.time):
         self.lock = threading.Lock()
+        self.clock = clock
         self.ok = 0
         self.failed = 0
         self.by_class: dict[str, int] = {}
         self.first_failures: list[dict] = []
         self.latencies: list[float] = []
         self.keep = keep
-        self.started = time.time()
+        self.started = clock()
+        self.first_failure_at: float | None = None
+        self.last_failure_at: float | None = None
+        self.last_ok_at: float | None = None
+        # Failures since the last answer, and the longest outage that ended with an answer.
+        self.open_failed = 0
+        self.longest: dict | None = None
+        self.ok_before_longest_end = 0
+        # (time, class) of every failure: what failed after the longest outage is counted from them.
+        self.failure_times: list[tuple[float, str]] = []
 
     def record(self, latency: float, failure: str | None = None, detail: str = "") -> None:
         with self.lock:
+            now = self.clock()
             if failure is None:
                 self.ok += 1
                 self.latencies.append(latency)
+                if self.open_failed:
+                    gap = self._outage(now)
+                    if self.longest is None or gap["seconds"] > self.longest["seconds"]:
+                        self.longest = gap
+                        self.ok_before_longest_end = self.ok - 1
+                    self.open_failed = 0
+                self.last_ok_at = now
                 return
             self.failed += 1
+            self.open_failed += 1
+            if self.first_failure_at is None:
+                self.first_failure_at = now
+            self.last_failure_at = now
+            self.failure_times.append((now, failure))
             self.by_class[failure] = self.by_class.get(failure, 0) + 1
             if len(self.first_failures) < self.keep:
-                self.first_failures.append({"at": round(time.time() - self.started, 1), "class": failure,
+                self.first_failures.append({"at": round(now - self.started, 1), "class": failure,
                                             "detail": detail[:300]})
+
+    def _outage(self, end: float | None) -> dict:
+        """The outage since the last answer: ended by an answer at `end`, or still going on (end None)."""
+        since = self.last_ok_at if self.last_ok_at is not None else self.started
+        return {"from": round(since, 3), "to": round(end, 3) if end is not None else None,
+                "seconds": round((end if end is not None else self.clock()) - since, 3), "failed": self.open_failed}
 
     def summary(self) -> dict:
         with self.lock:
@@ -68,9 +103,27 @@ class Tally:
             def pct(q: float) -> float | None:
                 return round(lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
 
+            longest = self.longest
+            if self.open_failed:
+                still = self._outage(None)
+                if longest is None or still["seconds"] > longest["seconds"]:
+                    longest = still
+            after: dict[str, int] = {}
+            if longest is not None and longest["to"] is not None:
+                for at, failure in self.failure_times:
+                    if at > longest["to"]:
+                        after[failure] = after.get(failure, 0) + 1
             return {"requests": self.ok + self.failed, "ok": self.ok, "failed": self.failed,
                     "failures_by_class": dict(self.by_class), "first_failures": list(self.first_failures),
-                    "seconds": round(time.time() - self.started, 1),
+                    "seconds": round(self.clock() - self.started, 1),
+                    "started": round(self.started, 3),
+                    "first_failure_at": round(self.first_failure_at, 3) if self.first_failure_at is not None else None,
+                    "last_failure_at": round(self.last_failure_at, 3) if self.last_failure_at is not None else None,
+                    "last_ok_at": round(self.last_ok_at, 3) if self.last_ok_at is not None else None,
+                    "longest_outage": longest,
+                    "failures_after_longest_outage": after if longest is not None and longest["to"] is not None else None,
+                    "ok_after_longest_outage": self.ok - self.ok_before_longest_end
+                    if longest is not None and longest["to"] is not None else None,
                     "latency_s": {"p50": pct(0.5), "p95": pct(0.95), "max": lat[-1] if lat else None}}
 
 
@@ -177,9 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         thread.join(args.timeout + 5)
     summary = tally.summary()
     write_summary(args.summary, summary)
-    print("route load: %d requests to %s in %.0f s, %d ok, %d failed%s" % (
+    outage = summary["longest_outage"]
+    print("route load: %d requests to %s in %.0f s, %d ok, %d failed%s%s" % (
         summary["requests"], args.model, summary["seconds"], summary["ok"], summary["failed"],
-        (" " + json.dumps(summary["failures_by_class"])) if summary["failed"] else ""), flush=True)
+        (" " + json.dumps(summary["failures_by_class"])) if summary["failed"] else "",
+        ("; longest outage %.1f s (%d failed)%s" % (outage["seconds"], outage["failed"],
+                                                    "" if outage["to"] is not None else ", not over at the end")
+         if outage else "")), flush=True)
     return 0
 
 
