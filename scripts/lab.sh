@@ -552,6 +552,137 @@ day2_maintenance() {  # node-b rebooted by playbooks/maintenance.yml under the r
   echo "=== lab maintenance took $((SECONDS - start)) s"
 }
 
+restore_snapshot() {  # restore_snapshot <file>: what the restore must bring back by name (routes and their targets'
+  # weights, models, API keys, workers) and each replica's instance (its id survives a restore when its worker does)
+  python - "$1" <<'PY'
+import json, sys
+from lab.api import items, read_keys
+key = read_keys()["management"]
+names = {m["id"]: m["name"] for m in items("/v2/models", key)}
+routes = {r["id"]: r["name"] for r in items("/v2/model-routes", key)}
+targets = {name: {} for name in routes.values()}
+for t in items("/v2/model-route-targets", key):
+    if t.get("route_id") in routes and t.get("model_id") is not None:
+        targets[routes[t["route_id"]]][names.get(t["model_id"], str(t["model_id"]))] = t["weight"]
+json.dump({"routes": targets, "models": sorted(names.values()),
+           "api_keys": sorted(k["name"] for k in items("/v2/api-keys", key)),
+           "workers": {w["name"]: {"id": w["id"], "state": w["state"]} for w in items("/v2/workers", key)},
+           "instances": {i["model_name"]: {"id": i["id"], "state": i["state"], "worker": i.get("worker_name")}
+                         for i in items("/v2/model-instances", key)}}, open(sys.argv[1], "w"), indent=1)
+PY
+}
+
+destroy_node() {  # destroy_node <node>: the node lost with its disk, at once (no shutdown): its container killed and
+  # removed, its data directory deleted (checkpoint cache; its PostgreSQL lived in the container), and what the lab
+  # keeps of a node outside its container because the nodes share the host: the replica containers its worker started
+  # in the host's engine, and its firewall tables in the host's ruleset (a lost machine takes both with it)
+  local node=$1
+  podman rm -f -t 0 "pairserve-lab-$node" >/dev/null || true
+  lab_podman ps -a --format '{{.ID}} {{.Labels}}' 2>/dev/null |
+    awk -v p="$node.runtime.gpustack.ai/workload:" 'index($0, p) {print $1}' |
+    xargs -r env CONTAINERS_CONF="$state/containers.conf" podman rm -f --depend -t 0 >/dev/null || true
+  if [ -S "$run_dir/docker.sock" ]; then
+    lab_docker ps -a --format '{{.ID}} {{.Labels}}' 2>/dev/null |
+      awk -v p="$node.runtime.gpustack.ai/workload=" 'index($0, p) {print $1}' |
+      xargs -r docker -H "unix://$run_dir/docker.sock" rm -f >/dev/null 2>&1 || true
+  fi
+  nft delete table inet "pairserve_${node//-/_}" 2>/dev/null || true
+  [ "$node" != node-a ] || nft delete table inet pairserve_server 2>/dev/null || true
+  rm -rf "${data_dir:?}/$node"
+}
+
+restore_figures() {  # restore_figures <dir>: the drill's figures from its event times and the loop's summary
+  python - "$1" <<'PY'
+import json, sys, time
+out = sys.argv[1]
+times = dict(line.strip().split("=", 1) for line in open(out + "/times") if "=" in line)
+times = {k: float(v) for k, v in times.items()}
+load = json.load(open(out + "/load.json"))
+gone = times["destroyed"]
+outage = load.get("longest_outage") or {}
+back = outage.get("to")
+
+
+def since(name):
+    return round(times[name] - gone, 1) if name in times else None
+
+
+figures = {"times": times, "outage": outage,
+           "recovery_s": round(back - gone, 1) if back is not None and back > gone else None,
+           "node_bare_s": since("node_bare"), "restore_done_s": since("restored"),
+           "node_a_replica_back_s": since("rebuilt"), "total_s": since("site_done"),
+           "requests": load["requests"], "ok": load["ok"], "failed": load["failed"],
+           "failures_by_class": load["failures_by_class"],
+           "ok_after_recovery": load.get("ok_after_longest_outage"),
+           "failed_after_recovery": load.get("failures_after_longest_outage")}
+json.dump(figures, open(out + "/figures.json", "w"), indent=1)
+print("=== lab figures: restore drill (node-a destroyed at %s UTC)" % time.strftime("%H:%M:%S", time.gmtime(gone)))
+print("  recovery time (the route answered nothing): %s s, from the destroy to the first request answered again "
+      "(%s requests failed in it)" % (figures["recovery_s"], outage.get("failed")))
+print("  node-a bare again (container, SSH):          %s s" % figures["node_bare_s"])
+print("  restore.yml done:                            %s s" % figures["restore_done_s"])
+print("  node-a's replica back (rebuild_node.yml):    %s s" % figures["node_a_replica_back_s"])
+print("  total (site.yml done):                       %s s" % figures["total_s"])
+print("  requests through the route with the old key: %d, %d ok, %d failed %s; after the recovery %s ok, failed %s"
+      % (load["requests"], load["ok"], load["failed"], json.dumps(load["failures_by_class"]),
+         figures["ok_after_recovery"], json.dumps(figures["failed_after_recovery"])))
+PY
+}
+
+day2_restore() {  # node-a (the server, and a GPU node) lost with its disk and restored from a backup, under the
+  # request loop, as docs/how-to/backup-restore.md's "Runbook: node A is lost" goes: backup.yml with the archive
+  # fetched to the controller; node-a destroyed and recreated bare at its address; restore.yml (its last play fails
+  # for node-a alone: its worker is not there yet); rebuild_node.yml --limit node-a; verify.yml; site.yml; then
+  # site.yml and restore.yml again (changed=0). The loop keeps the inference key it started with: the old key.
+  local dir=$state/restore start=$SECONDS archive
+  mkdir -p "$dir"
+  rm -rf "$dir/backups"
+  rm -f "$dir"/*.rc "$dir"/*.jsonl "$dir"/*.json "$dir"/*.log "$dir/times" "$dir/figures.txt" "$dir/old-inference-key"
+  echo "=== lab restore: playbooks/backup.yml, the archive fetched to $dir/backups"
+  play "$dir/backup.log" "$dir/backup.rc" playbooks/backup.yml -e "pairserve_backup_fetch_dir=$dir/backups"
+  archive=$(find "$dir/backups/node-a" -name '*.tar.gz' 2>/dev/null | sort | tail -n 1 || true)
+  if [ "$(cat "$dir/backup.rc")" != 0 ] || [ -z "$archive" ]; then
+    echo "lab restore: no archive fetched to $dir/backups/node-a; see $dir/backup.log" >&2
+    return 1
+  fi
+  restore_snapshot "$dir/before.json" || return
+  # The clients' key, kept root-only for the suite: the restored server must accept it.
+  (umask 077 && podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key >"$dir/old-inference-key")
+  # Bounded as the other loops, with room for the whole drill (its plays install node-a from nothing).
+  start_load "$dir" http://127.0.0.1:30080 --timeout 30 --max-seconds 3600
+  sleep 10  # the loop's first answers, before the loss
+  echo "=== lab restore: node-a destroyed (container, data directory, its replica containers and firewall tables)"
+  echo "destroyed=$(date +%s.%N)" >"$dir/times"
+  destroy_node node-a
+  stop_ssh_masters
+  # Node-b's worker loses its server: its heartbeats and status reports fail (every 30 s) while node-a is rebuilt.
+  sleep 30
+  echo "=== lab restore: node-a recreated bare at its address (same hostname, SSH, GPUs' stand-ins)"
+  create_node node-a && wait_for_ssh && node_runtime_units node-a || { stop_load "$dir"; return 1; }
+  echo "node_bare=$(date +%s.%N)" >>"$dir/times"
+  echo "=== lab restore: playbooks/restore.yml (expected to fail for node-a alone: its worker is not there yet)"
+  play "$dir/restore.log" "$dir/restore.rc" playbooks/restore.yml -e "pairserve_backup_restore_file=$archive"
+  echo "restored=$(date +%s.%N)" >>"$dir/times"
+  restore_snapshot "$dir/after-restore.json" || true
+  echo "=== lab restore: playbooks/rebuild_node.yml --limit node-a"
+  play "$dir/rebuild.log" "$dir/rebuild.rc" playbooks/rebuild_node.yml --limit node-a
+  echo "rebuilt=$(date +%s.%N)" >>"$dir/times"
+  echo "=== lab restore: playbooks/verify.yml (through the route, with the inference key the restore put back)"
+  play "$dir/verify.log" "$dir/verify.rc" playbooks/verify.yml
+  echo "=== lab restore: site.yml (node-a's firewall and what else neither play installs)"
+  play "$dir/site.log" "$dir/site.rc" site.yml
+  echo "site_done=$(date +%s.%N)" >>"$dir/times"
+  echo "=== lab restore: the route under load from before the loss to here"
+  stop_load "$dir"
+  restore_snapshot "$dir/after.json" || true
+  restore_figures "$dir" | tee "$dir/figures.txt" || true
+  echo "=== lab restore: site.yml again (changed=0)"
+  play "$dir/rerun-site.log" "$dir/rerun-site.rc" site.yml
+  echo "=== lab restore: restore.yml again with the same archive (changed=0: nothing to do)"
+  play "$dir/rerun-restore.log" "$dir/rerun-restore.rc" playbooks/restore.yml -e "pairserve_backup_restore_file=$archive"
+  echo "=== lab restore took $((SECONDS - start)) s"
+}
+
 day2_weights() {
   local dir=$state/queue_weights start=$SECONDS container results since
   mkdir -p "$dir"
@@ -838,24 +969,28 @@ worker_tools() {  # worker_tools <GPUStack version>: the stub tools archive the 
   .venv/bin/python -m lab.tools_archive "$1" "$state/gpustack-tools/gpustack-tools-$1.tar.gz"
 }
 
+create_node() {  # create_node <node>: its container started again when it exists, else a fresh one (a bare node:
+  # the OS image, SSH with the lab's keys, its data directory, the GPUs' stand-ins), as the restore drill rebuilds node-a
+  local node=$1
+  mkdir -p "$data_dir/$node"
+  if podman container exists "pairserve-lab-$node"; then
+    podman start "pairserve-lab-$node" >/dev/null
+    return
+  fi
+  podman run -d --name "pairserve-lab-$node" --hostname "$node" --label org.pairserve.lab=true \
+    --network host --privileged --systemd always \
+    -v /sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw \
+    -v "$root/.cache/wheelhouse:/srv/pairserve/wheelhouse:ro" \
+    -v "$run_dir:$run_dir" -v "$data_dir/$node:$data_dir/$node" \
+    -v "$ssh_dir/$node:/etc/pairserve-lab:ro" -v "$state/nvml-hook:/opt/pairserve-lab/nvml:ro" \
+    "$PAIRSERVE_NODE_IMAGE" /sbin/init >/dev/null
+  echo "lab: created pairserve-lab-$node"
+}
+
 start_nodes() {
   local node
   prepare_ssh
-  for node in "${nodes[@]}"; do
-    mkdir -p "$data_dir/$node"
-    if podman container exists "pairserve-lab-$node"; then
-      podman start "pairserve-lab-$node" >/dev/null
-      continue
-    fi
-    podman run -d --name "pairserve-lab-$node" --hostname "$node" --label org.pairserve.lab=true \
-      --network host --privileged --systemd always \
-      -v /sys/fs/cgroup/unified:/sys/fs/cgroup/unified:rw \
-      -v "$root/.cache/wheelhouse:/srv/pairserve/wheelhouse:ro" \
-      -v "$run_dir:$run_dir" -v "$data_dir/$node:$data_dir/$node" \
-      -v "$ssh_dir/$node:/etc/pairserve-lab:ro" -v "$state/nvml-hook:/opt/pairserve-lab/nvml:ro" \
-      "$PAIRSERVE_NODE_IMAGE" /sbin/init >/dev/null
-    echo "lab: created pairserve-lab-$node"
-  done
+  for node in "${nodes[@]}"; do create_node "$node" || return; done
   wait_for_ssh
   for node in "${nodes[@]}"; do node_runtime_units "$node" || return; done
 }
@@ -1305,7 +1440,7 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
   day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-core}
   declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake
     [queue_weights]=day2_weights [bench_arms]=day2_arms [patch_restart]=day2_patch_restart
-    [rotate]=day2_rotate [maintenance]=day2_maintenance)
+    [rotate]=day2_rotate [maintenance]=day2_maintenance [restore]=day2_restore)
   for scenario in ${PAIRSERVE_LAB_SCENARIOS-patch_restart}; do
     [ "$rc" -eq 0 ] || break
     [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
@@ -1331,10 +1466,11 @@ case "${1:-up}" in
   patchrestart) day2_patch_restart ;;
   rotate) day2_rotate ;;
   maintenance) day2_maintenance ;;
+  restore) day2_restore ;;
   weights) day2_weights ;;
   arms) day2_arms ;;
   test) lab_test ;;
   uninstall) uninstall_proof ;;
   reinstall) reinstall ;;
-  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|patchrestart|rotate|maintenance|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
+  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|patchrestart|rotate|maintenance|restore|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
 esac
