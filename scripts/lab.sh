@@ -28,6 +28,11 @@
 #   scripts/lab.sh maintenance   on a converged lab: playbooks/maintenance.yml --limit node-b reboots node-b (its
 #                         container restarted by the lab's reboot watcher) drained, under the request loop; then
 #                         maintenance.yml --check and site.yml (both changed=0) (molecule/maintenance's side effect)
+#   scripts/lab.sh restore   on a converged lab: playbooks/backup.yml (the archive fetched to the controller), node-a
+#                         destroyed with its disk and recreated bare, then restore.yml (fails for node-a alone),
+#                         rebuild_node.yml --limit node-a, verify.yml and site.yml under the request loop with the old
+#                         inference key, the recovery time printed; then site.yml and restore.yml again (changed=0)
+#                         (molecule/restore's side effect)
 #   scripts/lab.sh weights   on a converged lab: node-b's replica held to a fraction of its core, both replicas
 #                         measured with playbooks/bench.yml, the controller on in weights mode with those speeds;
 #                         the route's weights followed through idle, a backlog on each replica and a mixed load
