@@ -224,6 +224,7 @@ def state(cfg):
 # GPUStack judges by heartbeat therefore start from the restore's time, not_ready with a message, until each
 # reports again: the next status report of a live worker makes it ready (and its heartbeats keep the cleaner off),
 # while a worker that never comes back is rescheduled as GPUStack would after any server restart.
+BOOTSTRAP_VERSION = "bootstrap_version"
 RESTORED_WORKER_MESSAGE = ("Restored from a backup (pairserve-server-backup): waiting for this worker's first status "
                            "report to the restored server.")
 HOLD_RESTORED_WORKERS = (
@@ -301,6 +302,15 @@ def restore(cfg, path, force=False):
             elif kind == "secrets":
                 write_atomic(os.path.join(cfg["secrets_dir"], base), data, 0o600)
             written.append(name)
+        # GPUStack writes bootstrap_version only when it creates its tables, which a restored database already has;
+        # a data directory holding files but not it is taken for a 2.0.0 install, whose server runs an embedded
+        # worker (GPUStack 2.2.3 config.py, _is_both_role): on a node rebuilt bare that worker found no tools, died,
+        # and took the server down with it. An archive taken before the marker was one of its files gets it here.
+        marker = os.path.join(cfg["data_dir"], BOOTSTRAP_VERSION)
+        if "data/" + BOOTSTRAP_VERSION not in manifest["files"] and not os.path.exists(marker):
+            write_atomic(marker, (manifest.get("gpustack_version") or cfg.get("gpustack_version") or "").encode(),
+                         0o600, cfg.get("data_owner") or None)
+            written.append("data/" + BOOTSTRAP_VERSION)
     record = {"archive": os.path.basename(path), "sha256": sha, "created": manifest["created"],
               "host": manifest["host"], "restored": datetime.datetime.now(datetime.timezone.utc).isoformat(
                   timespec="seconds")}

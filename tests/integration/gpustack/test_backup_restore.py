@@ -220,7 +220,9 @@ def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path
         # data/token only where GPUStack wrote one (its default cluster's token; the fixture's cluster is another)
         assert manifest["files"] == sorted(["data/jwt_secret_key", "gpustack.dump", "secrets/inference-api-key",
                                             "secrets/management-api-key"]
-                                           + (["data/token"] if (data_a / "token").exists() else [])), manifest
+                                           + (["data/token"] if (data_a / "token").exists() else [])
+                                           + (["data/bootstrap_version"] if (data_a / "bootstrap_version").exists()
+                                              else [])), manifest
         before = content(server.api_url, server.api_key)
         assert ("restore-route", "restore-probe", 100) in before["targets"], before["targets"]
 
@@ -278,6 +280,8 @@ def test_backup_restores_route_models_keys_and_workers(gpustack_server, tmp_path
         assert http(f"{url_b}/v1/chat/completions", "sk-pairserve-never-issued", method="POST", body=ask)[0] == 401
         assert http(f"{url_b}/v2/worker-heartbeat", "gpustack_0000_not-a-worker", method="POST")[0] == 401
         assert (server_b / "data" / "jwt_secret_key").read_text() == (data_a / "jwt_secret_key").read_text()
+        # The marker of a data directory GPUStack initialised (else B would run an embedded worker).
+        assert (server_b / "data" / "bootstrap_version").is_file()
         assert (secrets_b / "inference-api-key").read_text().strip() == OLD_KEY
         assert stat.S_IMODE((secrets_b / "inference-api-key").stat().st_mode) == 0o600
 

@@ -154,6 +154,30 @@ def test_a_restore_holds_the_restored_workers_until_they_report(tmp_path, monkey
     assert (tmp_path / "data" / "jwt_secret_key").read_bytes() == MEMBERS["data/jwt_secret_key"]
 
 
+def _restore_with_fake_database(tmp_path, monkeypatch, members):
+    cfg = {"backup_dir": str(tmp_path), "keep": 1, "db_name": "gpustack", "data_dir": str(tmp_path / "data"),
+           "data_files": ["jwt_secret_key", "bootstrap_version"], "secrets_dir": str(tmp_path / "secrets"),
+           "gpustack_version": "2.2.3"}
+    monkeypatch.setattr(tool, "run", lambda argv, stdout=None: "0\n" if "information_schema.tables" in argv[-1] else "")
+    return tool.restore(cfg, str(archive(tmp_path / "a.tar.gz", members=members)))
+
+
+def test_a_restore_marks_the_data_directory_as_gpustack_initialised_it(tmp_path, monkeypatch):
+    """GPUStack writes bootstrap_version only when it creates its tables, which a restored database has: a data
+    directory with files and no marker is taken for a 2.0.0 install, whose server runs an embedded worker (the lab's
+    restore drill: on a node rebuilt bare it found no tools, died, and took the server down). An archive without the
+    marker gets it, with the archive's GPUStack version."""
+    out = _restore_with_fake_database(tmp_path, monkeypatch, MEMBERS)
+    assert (tmp_path / "data" / "bootstrap_version").read_text() == "2.2.3"
+    assert "data/bootstrap_version" in out["files"]
+
+
+def test_a_restore_keeps_the_archives_own_marker(tmp_path, monkeypatch):
+    out = _restore_with_fake_database(tmp_path, monkeypatch, dict(MEMBERS, **{"data/bootstrap_version": b"v2.2.1"}))
+    assert (tmp_path / "data" / "bootstrap_version").read_bytes() == b"v2.2.1"
+    assert out["files"].count("data/bootstrap_version") == 1
+
+
 def test_restored_files_are_written_whole_and_root_only(tmp_path):
     dest = tmp_path / "jwt_secret_key"
     dest.write_text("old")
@@ -202,7 +226,7 @@ def test_install_writes_root_only_files_changes_nothing_the_second_time_and_abse
     assert tool_file.read_text().startswith("#!/usr/bin/python3\n") and stat.S_IMODE(tool_file.stat().st_mode) == 0o755
     config = json.loads((tmp_path / "etc" / "server-backup.json").read_text())
     assert config["data_dir"] == str(tmp_path / "data") and config["db_name"] == "gpustack" and config["keep"] == 14
-    assert config["data_files"] == ["jwt_secret_key", "token"] and config["gpustack_version"] == "2.2.3"
+    assert config["data_files"] == ["jwt_secret_key", "token", "bootstrap_version"] and config["gpustack_version"] == "2.2.3"
     assert stat.S_IMODE((tmp_path / "etc" / "server-backup.json").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "backups" / "server").stat().st_mode) == 0o700
     again = install(tmp_path)
