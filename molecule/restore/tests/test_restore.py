@@ -71,10 +71,22 @@ def test_the_restore_failed_for_node_a_alone_naming_rebuild_node(restore_run):
     assert all(str(r.get("_task_path") or "").rsplit(":", 1)[0].endswith("tasks/workers.yml") for r in failed), \
         [(r["_task"], r.get("_task_path")) for r in failed]
     msg = " ".join(str(failed[-1].get("msg")).split())
-    assert "worker node-a" in msg and "rebuild_node.yml --limit node-a" in msg, msg
+    assert "worker node-a is not installed on the node" in msg and "rebuild_node.yml --limit node-a" in msg, msg
+    assert f"Its replicas were taken out of route(s) {ROUTE} (weight 0)" in msg, msg
     node_b = restore_run.where(host="node-b", task_file="tasks/workers.yml", action="gpustack_info", status="ok")
     assert node_b and any(w.get("state") == "ready" for w in node_b[-1].get("workers") or []), node_b
     assert restore_run.recap()["node-b"]["failed"] == 0, restore_run.where(host="node-b", status="failed")
+
+
+def test_the_restore_drained_node_a_and_no_request_failed_after_it():
+    # The restored database says node-a's replica runs, and GPUStack keeps sending its share to it until it is out of
+    # the route: restore.yml drains it before it stops, so from its end on every request is served (node-b, then
+    # node-a again once rebuild_node.yml gives its weight back).
+    restored, times, load = snapshot("after-restore"), snapshot("figures")["times"], load_summary(DIR)
+    targets = restored["routes"][ROUTE]
+    assert targets and all(w == 0 for name, w in targets.items() if name.endswith("node-a")), targets
+    assert any(w > 0 for name, w in targets.items() if name.endswith("node-b")), targets
+    assert load["last_failure_at"] is not None and load["last_failure_at"] <= times["restored"], (load, times)
 
 
 def test_rebuild_verify_and_site_passed():
