@@ -557,8 +557,9 @@ day2_maintenance() {  # node-b rebooted by playbooks/maintenance.yml under the r
   echo "=== lab maintenance took $((SECONDS - start)) s"
 }
 
-restore_snapshot() {  # restore_snapshot <file>: what the restore must bring back by name (routes and their targets'
-  # weights, models, API keys, workers) and each replica's instance (its id survives a restore when its worker does)
+site_snapshot() {  # site_snapshot <file>: what GPUStack holds by name (routes and their targets'
+  # weights, models, API keys, workers) and each replica's instance (its id survives a restore when its worker does,
+  # and a refused drain when nothing was done); what the restore must bring back and a fault must leave alone
   python - "$1" <<'PY'
 import json, sys
 from lab.api import items, read_keys
@@ -650,7 +651,7 @@ day2_restore() {  # node-a (the server, and a GPU node) lost with its disk and r
     echo "lab restore: no archive fetched to $dir/backups/node-a; see $dir/backup.log" >&2
     return 1
   fi
-  restore_snapshot "$dir/before.json" || return
+  site_snapshot "$dir/before.json" || return
   # The clients' key, kept root-only for the suite: the restored server must accept it.
   (umask 077 && podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-key >"$dir/old-inference-key")
   # Bounded as the other loops, with room for the whole drill (its plays install node-a from nothing).
@@ -668,7 +669,7 @@ day2_restore() {  # node-a (the server, and a GPU node) lost with its disk and r
   echo "=== lab restore: playbooks/restore.yml (expected to fail for node-a alone: its worker is not there yet)"
   play "$dir/restore.log" "$dir/restore.rc" playbooks/restore.yml -e "pairserve_backup_restore_file=$archive"
   echo "restored=$(date +%s.%N)" >>"$dir/times"
-  restore_snapshot "$dir/after-restore.json" || true
+  site_snapshot "$dir/after-restore.json" || true
   echo "=== lab restore: playbooks/rebuild_node.yml --limit node-a"
   play "$dir/rebuild.log" "$dir/rebuild.rc" playbooks/rebuild_node.yml --limit node-a
   echo "rebuilt=$(date +%s.%N)" >>"$dir/times"
@@ -679,13 +680,88 @@ day2_restore() {  # node-a (the server, and a GPU node) lost with its disk and r
   echo "site_done=$(date +%s.%N)" >>"$dir/times"
   echo "=== lab restore: the route under load from before the loss to here"
   stop_load "$dir"
-  restore_snapshot "$dir/after.json" || true
+  site_snapshot "$dir/after.json" || true
   restore_figures "$dir" | tee "$dir/figures.txt" || true
   echo "=== lab restore: site.yml again (changed=0)"
   play "$dir/rerun-site.log" "$dir/rerun-site.rc" site.yml
   echo "=== lab restore: restore.yml again with the same archive (changed=0: nothing to do)"
   play "$dir/rerun-restore.log" "$dir/rerun-restore.rc" playbooks/restore.yml -e "pairserve_backup_restore_file=$archive"
   echo "=== lab restore took $((SECONDS - start)) s"
+}
+
+worker_unit() {  # worker_unit <node> <stop|start>: the node's GPUStack worker stopped or started (systemctl in its container)
+  podman exec "pairserve-lab-$1" systemctl "$2" gpustack-worker
+}
+
+day2_faults() {  # partial failures on the converged lab (issue 44; docs/lab.md, "The faults scenario"): what a
+  # failed node, a dead worker and a drain that would leave nothing do to the route. Three faults, each followed by
+  # the fix-up a user runs, then site.yml (changed=0):
+  # 1. site.yml, and node-b's SSH port refusing connections from the checkpoint play on (a table of the lab's own
+  #    in the host's ruleset): node-b is unreachable half-way, node-a's run goes on, and the route keeps node-b's
+  #    target at its weight.
+  # 2. maintenance.yml --limit node-a while node-b's worker is stopped: refused before anything changes, since
+  #    draining node-a would leave the route nothing.
+  # 3. maintenance.yml --limit node-a (action none) and node-b's worker stopped as soon as node-a is drained, under
+  #    the request loop: the watch stops the maintenance and node-a's weights come back; after node-b's worker is
+  #    started again, maintenance.yml finishes.
+  local dir=$state/faults start=$SECONDS
+  mkdir -p "$dir"
+  rm -f "$dir"/*.rc "$dir"/*.jsonl "$dir"/*.json "$dir"/*.log "$dir/times"
+  site_snapshot "$dir/before.json" || return
+  echo "=== lab faults 1: site.yml; node-b's SSH port refuses connections from its checkpoint play on"
+  # After the plays that only check (a failure there stops every host, by design): node-b has its worker and its
+  # replica, and fails in the middle of the run, when the checkpoint play begins.
+  : >"$dir/cut.log"
+  (
+    until grep -q '^PLAY \[Pinned checkpoint' "$dir/cut.log"; do sleep 0.2; done
+    nft -f - <<'NFT'
+table inet pairserve_lab_fault {
+  chain input {
+    type filter hook input priority -10; policy accept;
+    tcp dport 2223 reject with tcp reset
+  }
+}
+NFT
+    stop_ssh_masters
+    echo "cut=$(date +%s.%N)" >>"$dir/times"
+  ) >"$dir/cutter.log" 2>&1 &
+  echo $! >"$dir/cutter.pid"
+  play "$dir/cut.log" "$dir/cut.rc" site.yml
+  stop_pid "$dir/cutter.pid"
+  nft delete table inet pairserve_lab_fault 2>/dev/null || true
+  site_snapshot "$dir/after-cut.json" || true
+  echo "=== lab faults 1: site.yml with node-b reachable again, then again (changed=0)"
+  play "$dir/cut-fixup.log" "$dir/cut-fixup.rc" site.yml
+  play "$dir/cut-rerun.log" "$dir/cut-rerun.rc" site.yml
+  echo "=== lab faults 2: maintenance.yml --limit node-a while node-b's worker is stopped (refused)"
+  # No wait for GPUStack to notice (its heartbeat grace is minutes): the drain's check asks the worker itself.
+  worker_unit node-b stop
+  site_snapshot "$dir/before-refused.json" || true
+  play "$dir/refused.log" "$dir/refused.rc" playbooks/maintenance.yml --limit node-a -e pairserve_maintenance_action=none
+  site_snapshot "$dir/after-refused.json" || true
+  podman exec pairserve-lab-node-a test -e /var/lib/pairserve/maintenance.json && echo yes >"$dir/refused-record" || echo no >"$dir/refused-record"
+  worker_unit node-b start
+  python -m lab.faults wait-worker node-b ready --timeout 300 || return
+  echo "=== lab faults 3: maintenance.yml --limit node-a; node-b's worker stopped once node-a is drained"
+  start_load "$dir"
+  # shellcheck disable=SC2016  # expanded by the background shell
+  setsid bash -c 'python -m lab.faults wait-drained node-a --timeout 900 && echo "killed=$(date +%s.%N)" >>"$1/times" &&
+      podman exec pairserve-lab-node-b systemctl stop gpustack-worker' _ "$dir" >"$dir/killer.log" 2>&1 &
+  echo $! >"$dir/killer.pid"
+  play "$dir/lost.log" "$dir/lost.rc" playbooks/maintenance.yml --limit node-a -e pairserve_maintenance_action=none
+  echo "lost_done=$(date +%s.%N)" >>"$dir/times"
+  # Its own session (setsid): the whole group, so that a wait still running (the drain refused) ends with it.
+  [ ! -f "$dir/killer.pid" ] || kill -- -"$(cat "$dir/killer.pid")" 2>/dev/null || true
+  stop_pid "$dir/killer.pid"
+  site_snapshot "$dir/after-lost.json" || true
+  stop_load "$dir"
+  echo "=== lab faults 3: node-b's worker started again; maintenance.yml --limit node-a finishes; site.yml (changed=0)"
+  worker_unit node-b start
+  python -m lab.faults wait-worker node-b ready --timeout 300 || return
+  play "$dir/finish.log" "$dir/finish.rc" playbooks/maintenance.yml --limit node-a -e pairserve_maintenance_action=none
+  play "$dir/rerun.log" "$dir/rerun.rc" site.yml
+  site_snapshot "$dir/after.json" || true
+  echo "=== lab faults took $((SECONDS - start)) s"
 }
 
 day2_weights() {
@@ -1242,6 +1318,8 @@ down() {
   done
   # node-a's table that keeps GPUStack's plain port for the node itself while HTTPS is on.
   nft delete table inet pairserve_server 2>/dev/null || true
+  # The faults scenario's cut of node-b's SSH port, if a killed run left it.
+  nft delete table inet pairserve_lab_fault 2>/dev/null || true
   # The outsider of molecule/default/tests/test_firewall.py, if a killed run left it.
   ip link del psl-out-h 2>/dev/null || true
   ip netns del pairserve-lab-outsider 2>/dev/null || true
@@ -1378,7 +1456,7 @@ uninstall_proof() {  # uninstall.yml on the converged lab, then each node agains
   mapfile -t -O ${#found[@]} found < <({ lab_podman images --format '{{.Repository}}@{{.Digest}}';
     lab_docker images --digests --format '{{.Repository}}@{{.Digest}}'; } 2>/dev/null |
     grep -E "^$PAIRSERVE_LAB_REGISTRY/lab/(vllm-cpu|runtime)@sha256" | sed 's/^/pinned image /')
-  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server)$' | sed 's/^/firewall /')
+  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server|lab_fault)$' | sed 's/^/firewall /')
   # nginx's tree is kept as the package's; the collection's site in it is not.
   mapfile -t -O ${#found[@]} found < <(podman exec pairserve-lab-node-a sh -c \
     'ls -d /etc/nginx/conf.d/pairserve-* /etc/nginx/sites-enabled/pairserve-* 2>/dev/null' | sed 's/^/nginx site /')
@@ -1405,7 +1483,7 @@ leftovers() {  # prints what the lab left behind (nothing after a clean `down`);
   for path in "$state" "$run_dir" "$data_dir" "$hub_vars" "$upgrade_pins" "$digest_vars" "$cdi_dir"/pairserve-lab-*.json; do
     [ -e "$path" ] && found+=("path $path")
   done
-  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server)$' | sed 's/^/firewall /')
+  mapfile -t -O ${#found[@]} found < <(nft list tables 2>/dev/null | grep -E 'inet pairserve_(node_[ab]|server|lab_fault)$' | sed 's/^/firewall /')
   mapfile -t -O ${#found[@]} found < <(ip netns list 2>/dev/null | grep -E '^pairserve-lab-' | sed 's/^/network namespace /')
   mapfile -t -O ${#found[@]} found < <(pgrep -af 'lab[.]hub|lab[.]route_load|podman system service .*pairserve-lab|dockerd .*pairserve-lab|docker-registry serve|ssh: .*\.lab/ssh/cp' | sed 's/^/process /')
   # The lab's listeners: GPUStack API and workers, PostgreSQL on node-a, replica port ranges.
@@ -1445,7 +1523,7 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
   day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-core}
   declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake
     [queue_weights]=day2_weights [bench_arms]=day2_arms [patch_restart]=day2_patch_restart
-    [rotate]=day2_rotate [maintenance]=day2_maintenance [restore]=day2_restore)
+    [rotate]=day2_rotate [maintenance]=day2_maintenance [restore]=day2_restore [faults]=day2_faults)
   for scenario in ${PAIRSERVE_LAB_SCENARIOS-patch_restart}; do
     [ "$rc" -eq 0 ] || break
     [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
@@ -1472,10 +1550,11 @@ case "${1:-up}" in
   rotate) day2_rotate ;;
   maintenance) day2_maintenance ;;
   restore) day2_restore ;;
+  faults) day2_faults ;;
   weights) day2_weights ;;
   arms) day2_arms ;;
   test) lab_test ;;
   uninstall) uninstall_proof ;;
   reinstall) reinstall ;;
-  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|patchrestart|rotate|maintenance|restore|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
+  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|patchrestart|rotate|maintenance|restore|faults|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
 esac

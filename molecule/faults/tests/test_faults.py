@@ -1,0 +1,150 @@
+"""Partial failures on the lab (scripts/lab.sh faults, molecule/faults' side effect; issue 44):
+
+1. site.yml, with node-b's SSH port refusing connections from its checkpoint play on: node-b is unreachable half-way,
+   node-a's run goes on, and the route keeps node-b's target and weight, saying so; the fix-up run and the one after
+   it pass, the second with changed=0.
+2. maintenance.yml --limit node-a while node-b's worker is stopped: refused before anything changes.
+3. maintenance.yml --limit node-a, node-b's worker stopped as soon as node-a is drained: the watch stops the
+   maintenance and gives node-a's weights back; with node-b's worker started again the same play finishes, and
+   site.yml afterwards changes nothing.
+
+Judged from the plays' task results (the pairserve_results callback's JSON lines), their exit status and recap, and
+GPUStack's state between the steps (.lab/faults/*.json). Every check depends on the side effect having run: a missing
+file fails (it never skips).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from lab.api import ROUTE, STATE
+from support.lab_suite import load_summary, rc, recap, results
+
+DIR = STATE / "faults"
+
+
+def snapshot(name):
+    return json.loads((DIR / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def folded(text):
+    return " ".join(str(text).split())
+
+
+def failures(found, host):
+    return [r for r in found.where(host=host, status="failed") if not r.get("_ignored")]
+
+
+def times():
+    return {k: float(v) for k, v in (line.strip().split("=", 1)
+                                    for line in (DIR / "times").read_text().splitlines() if "=" in line)}
+
+
+def own(weights, host):
+    return {name: w for name, w in weights.items() if name.endswith("-" + host) or f"-{host}-p" in name}
+
+
+# --- 1. a node cut off half-way through site.yml --------------------------------------------------------------------
+
+def test_node_b_was_cut_off_half_way_and_node_a_finished_the_run():
+    assert "cut" in times(), "the cut never happened: site.yml did not reach the checkpoint play"
+    counts = recap(DIR / "cut.log")
+    assert rc(DIR / "cut.rc") != 0, counts
+    assert counts["node-b"]["unreachable"] > 0, counts
+    assert counts["node-a"]["failed"] == 0 and counts["node-a"]["unreachable"] == 0, counts
+    run = results(DIR / "cut.log")
+    # node-b took part in the plays before the cut (its worker is up and registered); the route play ran on node-a.
+    assert run.where(host="node-b", role="pairserve.llm.gpustack_worker", status="ok"), "node-b was cut before its worker play"
+    assert run.where(host="node-a", role="pairserve.llm.route", action="gpustack_route"), "node-a's route play did not run"
+
+
+def test_the_route_kept_node_b_target_and_weight_and_said_so():
+    before, after = snapshot("before")["routes"][ROUTE], snapshot("after-cut")["routes"][ROUTE]
+    kept = own(before, "node-b")
+    assert kept and all(w > 0 for w in kept.values()), before
+    assert after == before, (before, after)
+    said = [folded(r.get("msg")) for r in results(DIR / "cut.log").where(host="node-a", role="pairserve.llm.route",
+                                                                          action="ansible.builtin.debug")]
+    for name, weight in kept.items():
+        line = f"node-b failed earlier in this run: its route target {name} is kept at {weight}"
+        assert any(line in text for text in said), (line, said)
+
+
+def test_node_b_replica_kept_serving_through_the_cut():
+    before, after = snapshot("before")["instances"], snapshot("after-cut")["instances"]
+    for name in own(before, "node-b"):
+        assert after[name]["id"] == before[name]["id"] and after[name]["state"] == "running", (before[name], after.get(name))
+
+
+def test_the_fix_up_run_passes_and_the_next_changes_nothing():
+    fixup = results(DIR / "cut-fixup.log")
+    assert rc(DIR / "cut-fixup.rc") == 0, fixup.where(status="failed")
+    counts = recap(DIR / "cut-rerun.log")
+    assert rc(DIR / "cut-rerun.rc") == 0, counts
+    assert {"node-a", "node-b"} <= set(counts) and not any(c["changed"] for c in counts.values()), \
+        results(DIR / "cut-rerun.log").where(changed=True)
+
+
+# --- 2. a drain that would leave the route nothing ------------------------------------------------------------------
+
+def test_the_drain_was_refused_naming_the_reason():
+    run = results(DIR / "refused.log")
+    assert rc(DIR / "refused.rc") != 0
+    failed = failures(run, "node-a")
+    assert len(failed) == 1, [(r["_task"], r.get("_task_path")) for r in failed]
+    msg = folded(failed[0].get("msg"))
+    assert "node-a serves its routes now and draining it would leave them nothing" in msg, msg
+    assert "Nothing was changed" in msg and "pairserve_maintenance_allow_downtime" in msg, msg
+    # Nothing was written, drained or stopped before the refusal.
+    assert not run.where(host="node-a", changed=True), run.where(changed=True)
+
+
+def test_nothing_changed_when_the_drain_was_refused():
+    before, after = snapshot("before-refused"), snapshot("after-refused")
+    assert after["routes"] == before["routes"], (before["routes"], after["routes"])
+    for name in own(before["routes"][ROUTE], "node-a"):
+        assert after["instances"][name]["id"] == before["instances"][name]["id"], (before["instances"], after["instances"])
+    assert (DIR / "refused-record").read_text().strip() == "no", "the refused run left a maintenance record on node-a"
+
+
+# --- 3. the other node's worker lost while this one is drained -----------------------------------------------------
+
+def test_the_watch_stopped_the_maintenance_when_the_other_worker_died():
+    when = times()
+    assert "killed" in when and when["killed"] < when["lost_done"], when
+    run = results(DIR / "lost.log")
+    assert rc(DIR / "lost.rc") != 0
+    failed = failures(run, "node-a")
+    assert failed, "maintenance.yml ended without a failure although the route lost its other target"
+    msg = folded(failed[-1].get("msg"))
+    assert f"While node-a was drained, route {ROUTE} did not answer through its other targets" in msg, msg
+    assert "its route weights were given back" in msg, msg
+
+
+def test_node_a_got_its_weights_back_after_the_watch_stopped_it():
+    before, after = snapshot("before")["routes"][ROUTE], snapshot("after-lost")["routes"][ROUTE]
+    mine = own(after, "node-a")
+    assert mine and all(w > 0 for w in mine.values()), after
+    assert set(after) == set(before), (before, after)
+
+
+def test_the_route_gap_was_measured_while_drained():
+    load = load_summary(DIR)
+    # The loop saw the route answer nothing once node-b's worker was gone and node-a drained.
+    assert load["failed"] > 0 and load["longest_outage"], load
+    run = results(DIR / "lost.log")
+    reports = [folded(r.get("msg")) for r in run.where(host="node-a", task_file="tasks/watch_report.yml",
+                                                        action="ansible.builtin.debug")]
+    gaps = [float(m.group(1)) for m in (re.search(r"had no target that answered for ([0-9.]+) s", t) for t in reports) if m]
+    assert gaps and gaps[-1] > 0, reports
+
+
+def test_the_maintenance_finished_once_node_b_was_back_and_site_changes_nothing():
+    finish = results(DIR / "finish.log")
+    assert rc(DIR / "finish.rc") == 0, finish.where(status="failed")
+    counts = recap(DIR / "rerun.log")
+    assert rc(DIR / "rerun.rc") == 0, counts
+    assert {"node-a", "node-b"} <= set(counts) and not any(c["changed"] for c in counts.values()), \
+        results(DIR / "rerun.log").where(changed=True)
+    assert snapshot("after")["routes"] == snapshot("before")["routes"]
