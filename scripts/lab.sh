@@ -689,6 +689,10 @@ day2_restore() {  # node-a (the server, and a GPU node) lost with its disk and r
   echo "=== lab restore took $((SECONDS - start)) s"
 }
 
+maintenance_record() {  # maintenance_record <node>: maintenance.yml's record on the node, or "absent"
+  podman exec "pairserve-lab-$1" cat /var/lib/pairserve/maintenance.json 2>/dev/null || echo absent
+}
+
 worker_unit() {  # worker_unit <node> <stop|start>: the node's GPUStack worker stopped or started (systemctl in its container)
   podman exec "pairserve-lab-$1" systemctl "$2" gpustack-worker
 }
@@ -701,12 +705,12 @@ day2_faults() {  # partial failures on the converged lab (issue 44; docs/lab.md,
   #    target at its weight.
   # 2. maintenance.yml --limit node-a while node-b's worker is stopped: refused before anything changes, since
   #    draining node-a would leave the route nothing.
-  # 3. maintenance.yml --limit node-a (action none) and node-b's worker stopped as soon as node-a is drained, under
-  #    the request loop: the watch stops the maintenance and node-a's weights come back; after node-b's worker is
-  #    started again, maintenance.yml finishes.
+  # 3. maintenance.yml --limit node-a (action none) and node-b's worker killed as soon as node-a is drained, under
+  #    the request loop: the maintenance stops before node-a's replicas go down and node-a's weights come back;
+  #    after node-b's worker is started again, maintenance.yml finishes.
   local dir=$state/faults start=$SECONDS
   mkdir -p "$dir"
-  rm -f "$dir"/*.rc "$dir"/*.jsonl "$dir"/*.json "$dir"/*.log "$dir/times"
+  rm -f "$dir"/*.rc "$dir"/*.jsonl "$dir"/*.json "$dir"/*.log "$dir/times" "$dir"/refused-record-*
   site_snapshot "$dir/before.json" || return
   echo "=== lab faults 1: site.yml; node-b's SSH port refuses connections from its checkpoint play on"
   # After the plays that only check (a failure there stops every host, by design): node-b has its worker and its
@@ -737,16 +741,19 @@ NFT
   # No wait for GPUStack to notice (its heartbeat grace is minutes): the drain's check asks the worker itself.
   worker_unit node-b stop
   site_snapshot "$dir/before-refused.json" || true
+  maintenance_record node-a >"$dir/refused-record-before"
   play "$dir/refused.log" "$dir/refused.rc" playbooks/maintenance.yml --limit node-a -e pairserve_maintenance_action=none
   site_snapshot "$dir/after-refused.json" || true
-  podman exec pairserve-lab-node-a test -e /var/lib/pairserve/maintenance.json && echo yes >"$dir/refused-record" || echo no >"$dir/refused-record"
+  maintenance_record node-a >"$dir/refused-record-after"
   worker_unit node-b start
   python -m lab.faults wait-worker node-b ready --timeout 300 || return
-  echo "=== lab faults 3: maintenance.yml --limit node-a; node-b's worker stopped once node-a is drained"
+  echo "=== lab faults 3: maintenance.yml --limit node-a; node-b's worker killed once node-a is drained"
   start_load "$dir"
   # shellcheck disable=SC2016  # expanded by the background shell
+  # The worker dies (SIGKILL), and stays down (its unit stopped, so systemd does not start it again).
   setsid bash -c 'python -m lab.faults wait-drained node-a --timeout 900 && echo "killed=$(date +%s.%N)" >>"$1/times" &&
-      podman exec pairserve-lab-node-b systemctl stop gpustack-worker' _ "$dir" >"$dir/killer.log" 2>&1 &
+      podman exec pairserve-lab-node-b sh -c "systemctl kill --signal=SIGKILL gpustack-worker; systemctl stop gpustack-worker"' \
+    _ "$dir" >"$dir/killer.log" 2>&1 &
   echo $! >"$dir/killer.pid"
   play "$dir/lost.log" "$dir/lost.rc" playbooks/maintenance.yml --limit node-a -e pairserve_maintenance_action=none
   echo "lost_done=$(date +%s.%N)" >>"$dir/times"

@@ -4,9 +4,9 @@
    node-a's run goes on, and the route keeps node-b's target and weight, saying so; the fix-up run and the one after
    it pass, the second with changed=0.
 2. maintenance.yml --limit node-a while node-b's worker is stopped: refused before anything changes.
-3. maintenance.yml --limit node-a, node-b's worker stopped as soon as node-a is drained: the watch stops the
-   maintenance and gives node-a's weights back; with node-b's worker started again the same play finishes, and
-   site.yml afterwards changes nothing.
+3. maintenance.yml --limit node-a, node-b's worker killed as soon as node-a is drained: the maintenance stops before
+   node-a's replicas go down and gives node-a its weights back, so the route answers again through node-a; with
+   node-b's worker started again the same play finishes, and site.yml afterwards changes nothing.
 
 Judged from the plays' task results (the pairserve_results callback's JSON lines), their exit status and recap, and
 GPUStack's state between the steps (.lab/faults/*.json). Every check depends on the side effect having run: a missing
@@ -105,12 +105,13 @@ def test_nothing_changed_when_the_drain_was_refused():
     assert after["routes"] == before["routes"], (before["routes"], after["routes"])
     for name in own(before["routes"][ROUTE], "node-a"):
         assert after["instances"][name]["id"] == before["instances"][name]["id"], (before["instances"], after["instances"])
-    assert (DIR / "refused-record").read_text().strip() == "no", "the refused run left a maintenance record on node-a"
+    record = {when: (DIR / f"refused-record-{when}").read_text() for when in ("before", "after")}
+    assert record["after"] == record["before"], f"the refused run changed node-a's maintenance record: {record}"
 
 
 # --- 3. the other node's worker lost while this one is drained -----------------------------------------------------
 
-def test_the_watch_stopped_the_maintenance_when_the_other_worker_died():
+def test_the_maintenance_stopped_when_the_other_worker_died():
     when = times()
     assert "killed" in when and when["killed"] < when["lost_done"], when
     run = results(DIR / "lost.log")
@@ -118,21 +119,30 @@ def test_the_watch_stopped_the_maintenance_when_the_other_worker_died():
     failed = failures(run, "node-a")
     assert failed, "maintenance.yml ended without a failure although the route lost its other target"
     msg = folded(failed[-1].get("msg"))
-    assert f"While node-a was drained, route {ROUTE} did not answer through its other targets" in msg, msg
-    assert "its route weights were given back" in msg, msg
+    # Caught before node-a's replicas went down: node-b's worker, asked again right before that step, refused.
+    assert "While node-a was drained, the other targets stopped answering before its replicas went down" in msg, msg
+    assert "[node-b] the worker at" in msg and "its route weights were given back" in msg, msg
 
 
-def test_node_a_got_its_weights_back_after_the_watch_stopped_it():
-    before, after = snapshot("before")["routes"][ROUTE], snapshot("after-lost")["routes"][ROUTE]
-    mine = own(after, "node-a")
-    assert mine and all(w > 0 for w in mine.values()), after
-    assert set(after) == set(before), (before, after)
+def test_node_a_kept_its_replica_and_got_its_weights_back():
+    run = results(DIR / "lost.log")
+    assert not run.where(host="node-a", action="gpustack_remove"), "node-a's replicas were stopped"
+    assert not run.where(host="node-a", task="Put the worker in GPUStack's maintenance mode"), \
+        "node-a's worker went into maintenance mode although the route had lost its other target"
+    before, after = snapshot("after-refused"), snapshot("after-lost")
+    for name in own(before["routes"][ROUTE], "node-a"):
+        assert after["instances"][name]["id"] == before["instances"][name]["id"], (before["instances"], after["instances"])
+    mine = own(after["routes"][ROUTE], "node-a")
+    assert mine and all(w > 0 for w in mine.values()), after["routes"]
 
 
-def test_the_route_gap_was_measured_while_drained():
+def test_the_route_gap_was_measured_and_ended_with_node_a_back():
     load = load_summary(DIR)
-    # The loop saw the route answer nothing once node-b's worker was gone and node-a drained.
-    assert load["failed"] > 0 and load["longest_outage"], load
+    # The loop saw the route answer nothing once node-b's worker was gone and node-a drained, then answer again
+    # (node-a, given its weight back) before it stopped.
+    outage = load["longest_outage"]
+    assert load["failed"] > 0 and outage and outage["to"] is not None, load
+    assert outage["to"] <= times()["lost_done"], (outage, times())
     run = results(DIR / "lost.log")
     reports = [folded(r.get("msg")) for r in run.where(host="node-a", task_file="tasks/watch_report.yml",
                                                         action="ansible.builtin.debug")]
