@@ -38,6 +38,7 @@ which has all three, so CI builds no extra venv. Training takes about 10-20 s on
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -103,20 +104,18 @@ VISION_PREPROCESSOR = {
     "resample": 3, "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
 }
 
-# vLLM renders tools through model_dump(): key order name, description, parameters, and a description is
-# always present. The tool JSON the model memorised must be byte-identical to what vLLM renders.
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather for a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "City name"}},
-            "required": ["city"],
-        },
-    },
-}
+def _weather_tool():
+    """The tool schema the collection's checks send, from its one owner (plugins/module_utils/_openai_prompts.py),
+    read out of that file's source: this script runs in the CPU vLLM venv, which has no Ansible to import the
+    collection with. The model memorises the tool as vLLM renders it, so the two must never differ."""
+    source = (REPO / "plugins" / "module_utils" / "_openai_prompts.py").read_text(encoding="utf-8")
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "WEATHER_TOOL" for t in node.targets):
+            return ast.literal_eval(node.value)
+    sys.exit("build_tiny_model: no WEATHER_TOOL = {...} in plugins/module_utils/_openai_prompts.py")
+
+
+WEATHER_TOOL = _weather_tool()
 
 
 def _tool_call_text(name, arguments):
@@ -178,7 +177,8 @@ def _fingerprint():
     import transformers  # pylint: disable=import-outside-toplevel
 
     digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-    return {"script": digest, "torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+    tool = hashlib.sha256(json.dumps(WEATHER_TOOL, sort_keys=True).encode()).hexdigest()[:16]
+    return {"script": digest, "tool": tool, "torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
 
 
 def _build_tokenizer():
