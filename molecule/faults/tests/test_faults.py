@@ -41,6 +41,15 @@ def times():
                                     for line in (DIR / "times").read_text().splitlines() if "=" in line)}
 
 
+def passed_then_unchanged(fix, rerun):
+    """The user's fix-up run `fix` passed, and `rerun` after it passed on both nodes with changed=0."""
+    assert rc(DIR / f"{fix}.rc") == 0, results(DIR / f"{fix}.log").where(status="failed")
+    counts = recap(DIR / f"{rerun}.log")
+    assert rc(DIR / f"{rerun}.rc") == 0, counts
+    assert {"node-a", "node-b"} <= set(counts) and not any(c["changed"] for c in counts.values()), \
+        results(DIR / f"{rerun}.log").where(changed=True)
+
+
 def own(weights, host):
     return {name: w for name, w in weights.items() if name.endswith("-" + host) or f"-{host}-p" in name}
 
@@ -78,12 +87,7 @@ def test_node_b_replica_kept_serving_through_the_cut():
 
 
 def test_the_fix_up_run_passes_and_the_next_changes_nothing():
-    fixup = results(DIR / "cut-fixup.log")
-    assert rc(DIR / "cut-fixup.rc") == 0, fixup.where(status="failed")
-    counts = recap(DIR / "cut-rerun.log")
-    assert rc(DIR / "cut-rerun.rc") == 0, counts
-    assert {"node-a", "node-b"} <= set(counts) and not any(c["changed"] for c in counts.values()), \
-        results(DIR / "cut-rerun.log").where(changed=True)
+    passed_then_unchanged("cut-fixup", "cut-rerun")
 
 
 # --- 2. a drain that would leave the route nothing ------------------------------------------------------------------
@@ -151,10 +155,5 @@ def test_the_route_gap_was_measured_and_ended_with_node_a_back():
 
 
 def test_the_maintenance_finished_once_node_b_was_back_and_site_changes_nothing():
-    finish = results(DIR / "finish.log")
-    assert rc(DIR / "finish.rc") == 0, finish.where(status="failed")
-    counts = recap(DIR / "rerun.log")
-    assert rc(DIR / "rerun.rc") == 0, counts
-    assert {"node-a", "node-b"} <= set(counts) and not any(c["changed"] for c in counts.values()), \
-        results(DIR / "rerun.log").where(changed=True)
+    passed_then_unchanged("finish", "rerun")
     assert snapshot("after")["routes"] == snapshot("before")["routes"]

@@ -12,6 +12,7 @@ import pytest
 
 from lab.ansible_runner import run_local_play
 from support.local_http import JsonStub
+from support.maintenance_plan import PLAN_TASK, plan_vars
 
 
 def closed_port() -> int:
@@ -21,22 +22,8 @@ def closed_port() -> int:
 
 
 def play(tmp_path, worker_port, replica_port, node_a_state="running", allow_downtime=False, **extra):
-    view = {"models": [{"name": "qwen-node-a"}],
-            "routes": [{"name": "qwen", "id": 1, "targets": [
-                {"id": 11, "model": "qwen-node-a", "weight": 58, "fallback_status_codes": None},
-                {"id": 12, "model": "qwen-node-b", "weight": 42, "fallback_status_codes": None}]}]}
-    info = {"workers": [{"id": 1, "name": "node-a", "ip": "127.0.0.1", "port": 1},
-                        {"id": 2, "name": "node-b", "ip": "127.0.0.1", "port": worker_port}],
-            "model_instances": [
-                {"name": "qwen-node-a-x", "model_name": "qwen-node-a", "state": node_a_state, "worker_id": 1,
-                 "worker_name": "node-a", "worker_ip": "127.0.0.1", "port": 2},
-                {"name": "qwen-node-b-y", "model_name": "qwen-node-b", "state": "running", "worker_id": 2,
-                 "worker_name": "node-b", "worker_ip": "127.0.0.1", "port": replica_port}]}
-    return run_local_play(tmp_path, "plan step", [{"name": "Plan the drain", "ansible.builtin.include_role": {
-        "name": "pairserve.llm.maintenance", "tasks_from": "plan"}}], {
-        "pairserve_maintenance_view": view, "_pairserve_maintenance_info": info,
-        "pairserve_maintenance_new_names": ["qwen-node-a"], "pairserve_maintenance_server": "localhost",
-        "pairserve_route_weights": {"localhost": 58}, "pairserve_maintenance_allow_downtime": allow_downtime, **extra})
+    return run_local_play(tmp_path, "plan step", [PLAN_TASK], plan_vars(
+        worker_port, replica_port, node_a_state, pairserve_maintenance_allow_downtime=allow_downtime, **extra))
 
 
 @pytest.fixture()

@@ -13,35 +13,21 @@ from __future__ import annotations
 
 from lab.ansible_runner import run_local_play
 from support.local_http import JsonStub
+from support.maintenance_plan import PLAN_TASK, plan_vars
 
 PLAN_PROBES = 2  # the worker's /healthz and the replica's /health, once each
 
 
 def play(tmp_path, port, settle=True):
-    view = {"models": [{"name": "qwen-node-a"}],
-            "routes": [{"name": "qwen", "id": 1, "targets": [
-                {"id": 11, "model": "qwen-node-a", "weight": 58, "fallback_status_codes": None},
-                {"id": 12, "model": "qwen-node-b", "weight": 42, "fallback_status_codes": None}]}]}
-    info = {"workers": [{"id": 1, "name": "node-a", "ip": "127.0.0.1", "port": 1},
-                        {"id": 2, "name": "node-b", "ip": "127.0.0.1", "port": port}],
-            "model_instances": [
-                {"name": "qwen-node-a-x", "model_name": "qwen-node-a", "state": "running", "worker_id": 1,
-                 "worker_name": "node-a", "worker_ip": "127.0.0.1", "port": 2},
-                {"name": "qwen-node-b-y", "model_name": "qwen-node-b", "state": "running", "worker_id": 2,
-                 "worker_name": "node-b", "worker_ip": "127.0.0.1", "port": port}]}
     tasks = [
-        {"name": "Plan the drain", "ansible.builtin.include_role": {
-            "name": "pairserve.llm.maintenance", "tasks_from": "plan"}},
+        PLAN_TASK,
         {"name": "Check before the replicas go down", "ansible.builtin.include_role": {
             "name": "pairserve.llm.maintenance", "tasks_from": "watch_check"},
          "vars": {"pairserve_maintenance_watch_check_settle": settle}},
         {"name": "Say what the check noted", "ansible.builtin.debug": {
             "msg": "lost={{ pairserve_maintenance_watch_lost | default('unset') }}"}},
     ]
-    return run_local_play(tmp_path, "recheck", tasks, {
-        "pairserve_maintenance_view": view, "_pairserve_maintenance_info": info,
-        "pairserve_maintenance_new_names": ["qwen-node-a"], "pairserve_maintenance_server": "localhost",
-        "pairserve_route_weights": {"localhost": 58}, "pairserve_maintenance_watch_grace": 2})
+    return run_local_play(tmp_path, "recheck", tasks, plan_vars(port, port, pairserve_maintenance_watch_grace=2))
 
 
 def after_plan(status):
