@@ -104,6 +104,7 @@ VISION_PREPROCESSOR = {
     "resample": 3, "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
 }
 
+
 def _weather_tool():
     """The tool schema the collection's checks send, from its one owner (plugins/module_utils/_openai_prompts.py),
     read out of that file's source: this script runs in the CPU vLLM venv, which has no Ansible to import the

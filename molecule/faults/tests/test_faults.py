@@ -37,8 +37,8 @@ def failures(found, host):
 
 
 def times():
-    return {k: float(v) for k, v in (line.strip().split("=", 1)
-                                    for line in (DIR / "times").read_text().splitlines() if "=" in line)}
+    lines = (DIR / "times").read_text().splitlines()
+    return {k: float(v) for k, v in (line.strip().split("=", 1) for line in lines if "=" in line)}
 
 
 def passed_then_unchanged(fix, rerun):
@@ -73,8 +73,8 @@ def test_the_route_kept_node_b_target_and_weight_and_said_so():
     kept = own(before, "node-b")
     assert kept and all(w > 0 for w in kept.values()), before
     assert after == before, (before, after)
-    said = [folded(r.get("msg")) for r in results(DIR / "cut.log").where(host="node-a", role="pairserve.llm.route",
-                                                                          action="ansible.builtin.debug")]
+    debug = results(DIR / "cut.log").where(host="node-a", role="pairserve.llm.route", action="ansible.builtin.debug")
+    said = [folded(r.get("msg")) for r in debug]
     for name, weight in kept.items():
         line = f"node-b failed earlier in this run: its route target {name} is kept at {weight}"
         assert any(line in text for text in said), (line, said)
@@ -148,8 +148,8 @@ def test_the_route_gap_was_measured_and_ended_with_node_a_back():
     assert load["failed"] > 0 and outage and outage["to"] is not None, load
     assert outage["to"] <= times()["lost_done"], (outage, times())
     run = results(DIR / "lost.log")
-    reports = [folded(r.get("msg")) for r in run.where(host="node-a", task_file="tasks/watch_report.yml",
-                                                        action="ansible.builtin.debug")]
+    debug = run.where(host="node-a", task_file="tasks/watch_report.yml", action="ansible.builtin.debug")
+    reports = [folded(r.get("msg")) for r in debug]
     gaps = [float(m.group(1)) for m in (re.search(r"had no target that answered for ([0-9.]+) s", t) for t in reports) if m]
     assert gaps and gaps[-1] > 0, reports
 
