@@ -24,12 +24,13 @@ if str(REPO / ".cache" / "collections") not in sys.path:
     sys.path.insert(0, str(REPO / ".cache" / "collections"))
 
 from ansible_collections.pairserve.llm.plugins.module_utils.reach import worker_health_url  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.pairserve.llm.plugins.module_utils.replica_names import owned_by  # noqa: E402  pylint: disable=wrong-import-position
 
 
-def _mine(weights: dict, host: str) -> dict:
-    """HOST's targets: its replicas are named <model>-<host>[-pN] (module_utils/replica_names.py)."""
-    return {name: w for name, w in weights.items()
-            if isinstance(name, str) and (name.endswith("-" + host) or f"-{host}-p" in name)}
+def own(names: dict, host: str) -> dict:
+    """The entries of ``names`` (keyed by replica name) that are HOST's replicas, by the collection's one rule
+    (module_utils/replica_names.py; the lab's replicas carry the route's name, its pooled mode's default)."""
+    return {name: value for name, value in names.items() if owned_by(name, ROUTE, host)}
 
 
 def wait(what, probe, timeout: float) -> int:
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
     key = read_keys()["management"]
     if args.command == "wait-drained":
         def probe():
-            mine = _mine(route_weights(key, ROUTE), args.host)
+            mine = own(route_weights(key, ROUTE), args.host)
             return bool(mine) and not any(mine.values()), mine
         return wait(f"{args.host} drained in route {ROUTE}", probe, args.timeout)
 

@@ -19,6 +19,7 @@ import json
 import re
 
 from lab.api import ROUTE, STATE
+from lab.faults import own
 from support.lab_suite import load_summary, rc, recap, results
 
 DIR = STATE / "faults"
@@ -48,10 +49,6 @@ def passed_then_unchanged(fix, rerun):
     assert rc(DIR / f"{rerun}.rc") == 0, counts
     assert {"node-a", "node-b"} <= set(counts) and not any(c["changed"] for c in counts.values()), \
         results(DIR / f"{rerun}.log").where(changed=True)
-
-
-def own(weights, host):
-    return {name: w for name, w in weights.items() if name.endswith("-" + host) or f"-{host}-p" in name}
 
 
 # --- 1. a node cut off half-way through site.yml --------------------------------------------------------------------
