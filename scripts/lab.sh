@@ -698,7 +698,7 @@ worker_unit() {  # worker_unit <node> <stop|start>: the node's GPUStack worker s
 }
 
 day2_faults() {  # partial failures on the converged lab (issue 44; docs/lab.md, "The faults scenario"): what a
-  # failed node, a dead worker and a drain that would leave nothing do to the route. Three faults, each followed by
+  # failed node, a dead worker and a drain that would leave nothing do to the route. Four faults, each followed by
   # the fix-up a user runs, then site.yml (changed=0):
   # 1. site.yml, and node-b's SSH port refusing connections from the checkpoint play on (a table of the lab's own
   #    in the host's ruleset): node-b is unreachable half-way, node-a's run goes on, and the route keeps node-b's
@@ -708,6 +708,8 @@ day2_faults() {  # partial failures on the converged lab (issue 44; docs/lab.md,
   # 3. maintenance.yml --limit node-a (action none) and node-b's worker killed as soon as node-a is drained, under
   #    the request loop: the maintenance stops before node-a's replicas go down and node-a's weights come back;
   #    after node-b's worker is started again, maintenance.yml finishes.
+  # 4. node-b's worker stopped across verify.yml and status.yml, as while the node restarts: both fail naming
+  #    node-b's worker first; with the worker up again verify.yml passes.
   local dir=$state/faults start=$SECONDS
   mkdir -p "$dir"
   rm -f "$dir"/*.rc "$dir"/*.jsonl "$dir"/*.json "$dir"/*.log "$dir/times" "$dir"/refused-record-*
@@ -768,6 +770,16 @@ NFT
   play "$dir/finish.log" "$dir/finish.rc" playbooks/maintenance.yml --limit node-a -e pairserve_maintenance_action=none
   play "$dir/rerun.log" "$dir/rerun.rc" site.yml
   site_snapshot "$dir/after.json" || true
+  echo "=== lab faults 4: node-b restarting (its worker stopped) across verify.yml and status.yml"
+  # No wait for GPUStack to notice: it still lists node-b's worker ready and its instance running (heartbeat grace).
+  worker_unit node-b stop
+  # Its wait for the replicas gets 30 s: GPUStack marks them unreachable once its syncer finds the worker gone.
+  play "$dir/verify-down.log" "$dir/verify-down.rc" playbooks/verify.yml -e pairserve_verify_wait_timeout=30
+  play "$dir/status-down.log" "$dir/status-down.rc" playbooks/status.yml
+  echo "=== lab faults 4: node-b's worker up again; verify.yml passes (changed=0)"
+  worker_unit node-b start
+  python -m lab.faults wait-worker node-b ready --timeout 300 || return
+  play "$dir/verify-back.log" "$dir/verify-back.rc" playbooks/verify.yml
   echo "=== lab faults took $((SECONDS - start)) s"
 }
 

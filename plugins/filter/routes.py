@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.pairserve.llm.plugins.module_utils import routes
+from ansible_collections.pairserve.llm.plugins.module_utils import reach, routes
 
 
 def route_wanted(replicas_by_host, mode, weights, route_name, split_routes=None):
@@ -70,10 +70,7 @@ def route_carrier_problems(found, probes):
     """``probes``: the uri results ({url, status, msg}) of the carriers' URLs, asked from the server."""
     if not isinstance(found, dict):
         raise AnsibleFilterError("pairserve.llm.route_carrier_problems: expected route_carriers' result")
-    answers = dict((p.get("item") or p.get("url"), (p.get("status") if p.get("status") not in (-1, None) else None,
-                                                    p.get("msg") if p.get("status") != 200 else None))
-                   for p in probes or [] if isinstance(p, dict))
-    return routes.carrier_problems(found, answers)
+    return routes.carrier_problems(found, reach.answers(probes))
 
 
 def controller_static_weights(replicas, weights, model_name, hosts):

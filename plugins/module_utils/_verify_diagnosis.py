@@ -19,6 +19,33 @@ def reach_urls(instance, workers):
     return {"worker": reach.worker_health_url(worker), "replica": reach.replica_health_url(instance)}
 
 
+def probes(instances, workers):
+    """What to ask, one entry per URL: {instance, node, kind (worker or replica), url} for each instance's worker
+    ``/healthz`` and replica ``/health`` (reach_urls), in the instances' order; an URL the records do not tell is
+    left out."""
+    out = []
+    for inst in instances or []:
+        for kind, url in reach_urls(inst, workers).items():
+            if url:
+                out.append({"instance": inst.get("name"), "node": inst.get("worker_name") or inst.get("worker_ip"),
+                            "kind": kind, "url": url})
+    return out
+
+
+def with_reach(instances, workers, answers):
+    """The instances, each with ``reach`` (node_lines' input) from the answers to ``probes``: answers maps each URL
+    asked to (HTTP status or None, error text); an URL not in answers counts as not asked (left out)."""
+    out = []
+    for inst in instances or []:
+        reach = {}
+        for kind, url in reach_urls(inst, workers).items():
+            if url and url in (answers or {}):
+                status, error = answers[url]
+                reach[kind] = {"url": url, "ok": status == 200, "error": error or "HTTP %s" % status}
+        out.append(dict(inst, reach=reach))
+    return out
+
+
 def node_lines(instances):
     """One line per instance whose node cannot serve it, node first: its worker unreachable (GPUStack reaches the
     replica only through it) or the replica itself not answering, with the address tried. ``instances`` carry

@@ -5,7 +5,8 @@
 GPUStack's server sends every request of a route through the worker of the replica's node (worker-proxy mode), and
 checks that worker with ``GET /healthz`` at ``<advertise_address or ip>:<port>`` (``gpustack/server/
 worker_request.py``); the worker reaches the replica at ``<worker_ip>:<instance port>``, whose vLLM answers
-``GET /health``. Verify's diagnosis, the drain's check of the other targets and the status play ask these URLs.
+``GET /health``. Verify (before its requests, and in its diagnosis), the drain's check of the other targets and the
+status play ask these URLs; ``answers`` reads what came back.
 """
 
 from __future__ import annotations
@@ -31,3 +32,18 @@ def replica_health_url(instance):
 def worker_of(instance, workers):
     """The worker record an instance runs on (by worker_id), or {}."""
     return next((w for w in workers or [] if w.get("id") == (instance or {}).get("worker_id")), None) or {}
+
+
+def answers(probes):
+    """{url: (HTTP status or None, error text or None)} from the results of ``ansible.builtin.uri`` over such URLs
+    (each with ``item``, the URL or a dict with ``url``, else ``url``; ``status``, -1 when nothing answered; ``msg``);
+    a skipped or non-dict result is left out. The error text is uri's message for any answer but 200."""
+    out = {}
+    for probe in probes or []:
+        if not isinstance(probe, dict) or probe.get("skipped"):
+            continue
+        status, item = probe.get("status"), probe.get("item")
+        asked = item.get("url") if isinstance(item, dict) else item
+        out[asked or probe.get("url")] = (status if status not in (-1, None) else None,
+                                          probe.get("msg") if status != 200 else None)
+    return out

@@ -170,7 +170,7 @@ def _workers(workers: list, devices_by_worker: dict, expected_nodes: dict, probl
             # its heartbeat times out.
             problems.append("[%s] the worker at %s does not answer (%s): GPUStack reaches its replicas only through "
                             "it%s" % (worker.get("name"), down["url"].rsplit("/", 1)[0], down.get("error") or "no answer",
-                                      "; GPUStack still says %s" % worker.get("state") if worker.get("state") else ""))
+                                      _gpustack_says(worker.get("state"))))
         elif worker.get("state") != READY:
             problems.append("worker %s is %s%s" % (worker.get("name"), worker.get("state") or "in no state",
                                                    _reason(worker)))
@@ -179,6 +179,14 @@ def _workers(workers: list, devices_by_worker: dict, expected_nodes: dict, probl
         if worker_name not in devices_by_worker:
             problems.append("worker %s (GPU node %s) is not registered in GPUStack" % (worker_name, host))
     return rows
+
+
+def _gpustack_says(state) -> str:
+    """What GPUStack's own record says beside a probe that found the worker silent: "still" while it calls it ready
+    (until its syncer or the heartbeat catches up), plainly once it has marked it too."""
+    if not state:
+        return ""
+    return "; GPUStack still says %s" % state if state == READY else "; GPUStack says %s too" % state
 
 
 def _reason(record: dict) -> str:

@@ -7,6 +7,9 @@
 3. maintenance.yml --limit node-a, node-b's worker killed as soon as node-a is drained: the maintenance stops before
    node-a's replicas go down and gives node-a its weights back, so the route answers again through node-a; with
    node-b's worker started again the same play finishes, and site.yml afterwards changes nothing.
+4. verify.yml and status.yml while node-b's worker is stopped, as while the node restarts (GPUStack still lists its
+   worker ready and its instance running): both fail naming node-b's worker first, with the address asked, and
+   verify sends no request; with the worker up again verify.yml passes with changed=0.
 
 Judged from the plays' task results (the pairserve_results callback's JSON lines), their exit status and recap, and
 GPUStack's state between the steps (.lab/faults/*.json). Every check depends on the side effect having run: a missing
@@ -154,3 +157,48 @@ def test_the_route_gap_was_measured_and_ended_with_node_a_back():
 def test_the_maintenance_finished_once_node_b_was_back_and_site_changes_nothing():
     passed_then_unchanged("finish", "rerun")
     assert snapshot("after")["routes"] == snapshot("before")["routes"]
+
+
+# --- 4. a node restarting while verify and status run ---------------------------------------------------------------
+
+def first_failure(name, host="node-a"):  # the GPUStack server host runs both plays
+    run = results(DIR / f"{name}.log")
+    assert rc(DIR / f"{name}.rc") != 0, f"{name}: passed although node-b's worker was stopped"
+    failed = failures(run, host)
+    assert failed, [(r.get("_host"), r["_task"]) for r in run.where(status="failed")]
+    return run, failed[-1]
+
+
+def test_verify_named_node_b_first_and_sent_no_request():
+    run, failed = first_failure("verify-down")
+    text = str(failed.get("msg"))
+    # Either the step before the requests found node-b's worker silent while GPUStack still listed its replica as
+    # running, or GPUStack had already marked node-b unreachable (its worker syncer asks every 15 s) and the wait
+    # for the replicas ended (the scenario gives it 30 s): node-b first either way.
+    assert text.startswith("[node-b] "), text
+    if failed["_task"] == "Fail naming the nodes whose replicas GPUStack cannot reach":
+        lines = text.splitlines()
+        assert re.match(r"\[node-b\] the worker at http://\S+ does not answer \(", lines[0]), lines
+        assert "No request was sent: GPUStack cannot reach every replica of %s" % ROUTE in text, lines
+    else:
+        assert failed["_task"] == "Fail with the states of the instances that are not running", failed["_task"]
+        assert re.match(r"\[node-b\] instance \S+ \(\S+\) is (?!running)", folded(text)), text
+    assert not any(line.startswith("[node-a]") for line in text.splitlines()), text
+    assert not run.where(action="pairserve.llm.llm_verify"), "verify sent its requests although node-b was down"
+
+
+def test_status_named_node_b_worker_first_and_did_not_call_its_replica_running():
+    run, failed = first_failure("status-down")
+    problems = str(failed.get("msg")).split("\n- ")
+    assert problems[0] == "Down:", problems
+    assert problems[1].startswith("[node-b] the worker at http://") and "does not answer" in problems[1], problems
+    table = [folded(r.get("msg")) for r in run.where(task="Show the status")]
+    assert table, "status.yml showed no table"
+    # GPUStack's own state beside it: ready and running until its syncer marks them unreachable.
+    assert len(re.findall(r"unreachable \(GPUStack: \w+\)", table[0])) >= 2, table[0]
+
+
+def test_verify_passes_once_node_b_is_back_and_changes_nothing():
+    counts = recap(DIR / "verify-back.log")
+    assert rc(DIR / "verify-back.rc") == 0, results(DIR / "verify-back.log").where(status="failed")
+    assert counts and not any(c["changed"] for c in counts.values()), counts

@@ -337,6 +337,11 @@ def test_a_worker_that_does_not_answer_leads_the_problems_and_its_instances_do_n
     assert [w["state"] for w in result["workers"]] == ["ready", "unreachable (GPUStack: ready)"]
     assert [r["state"] for r in result["replicas"]] == ["running", "unreachable (GPUStack: running)"]
     assert [r["running"] for r in result["routes"]] == [1, 0]
+    # once GPUStack's syncer has marked it as well (the lab's faults scenario met this within a minute)
+    marked = copy.deepcopy(info)
+    next(w for w in marked["workers"] if w["name"] == "node-b")["state"] = "unreachable"
+    assert status.cluster_status(marked, [], None, {}, reach)["problems"][0].endswith(
+        "only through it; GPUStack says unreachable too")
     # without probes (or every worker answering) nothing changes
     assert status.cluster_status(info, [], None, {}, {})["problems"] == []
 
