@@ -115,12 +115,22 @@ def run_playbook(playbook: str | Path, *, inventory: str | Path | None = None, e
 
 
 def run_local_play(directory: str | Path, name: str, tasks: list, play_vars: dict | None = None,
-                   timeout: float = 300, env: dict | None = None) -> Result:
+                   timeout: float = 300, env: dict | None = None, server: bool = False) -> Result:
     """One play on localhost (local connection, no facts) written to DIRECTORY/play.yml and run: the way the tests
-    run a filter or a role's task file through real Ansible. `.by_task` maps each task's name to its result."""
+    run a filter or a role's task file through real Ansible. `.by_task` maps each task's name to its result.
+
+    With `server`, localhost is the inventory's GPUStack server (group gpustack_server) and `play_vars` are its host
+    variables, where the roles read the server's settings from (filter pairserve.llm.gpustack_server reads hostvars;
+    a play's vars are not in them)."""
     play = {"name": name, "hosts": "localhost", "gather_facts": False, "connection": "local", "tasks": tasks}
-    if play_vars:
+    inventory = None
+    if server:
+        inventory = Path(directory) / "inventory.yml"
+        host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **(play_vars or {})}
+        inventory.write_text(yaml.safe_dump({"all": {"children": {"gpustack_server": {"hosts": {"localhost": host}}}}}),
+                             encoding="utf-8")
+    elif play_vars:
         play["vars"] = play_vars
     playbook = Path(directory) / "play.yml"
     playbook.write_text(yaml.safe_dump([play]), encoding="utf-8")
-    return run_playbook(playbook, timeout=timeout, env=env)
+    return run_playbook(playbook, inventory=inventory, timeout=timeout, env=env)

@@ -58,7 +58,8 @@ def site(tmp_path, server, failing=(), limit=None):
     inventory = {"all": {
         "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                  "pairserve_model_name": MODEL},
-        "children": {"gpustack_server": {"hosts": {"srv": {}}},
+        # The server's port is its host's (filter pairserve.llm.gpustack_server reads it from there).
+        "children": {"gpustack_server": {"hosts": {"srv": {"pairserve_gpustack_api_port": int(port)}}},
                      "gpu_nodes": {"hosts": {"node-a": {}, "node-b": {}}}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     plays = [
@@ -69,7 +70,7 @@ def site(tmp_path, server, failing=(), limit=None):
             {"name": "Name this node's replicas", "ansible.builtin.set_fact": {"pairserve_replicas": [
                 {"name": "%s-{{ inventory_hostname }}" % MODEL, "pair": 0, "profile": "text"}]}}]},
         {"name": "The route", "hosts": "gpustack_server", "gather_facts": False,
-         "vars": {"pairserve_gpustack_api_port": int(port), "pairserve_gpustack_management_key": server.api_key,
+         "vars": {"pairserve_gpustack_management_key": server.api_key,
                   "pairserve_route_name": ROUTE, "pairserve_route_weights": INVENTORY_WEIGHTS},
          "tasks": [{"name": "Register the route", "ansible.builtin.import_role": {"name": "pairserve.llm.route"}}]},
     ]

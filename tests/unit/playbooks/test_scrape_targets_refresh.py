@@ -100,7 +100,8 @@ def test_the_entry_point_reads_the_server_from_its_hostvars_wherever_it_runs():
     assert "ansible_host | default(inventory_hostname)" not in text
     [info] = [t for t in tasks if "pairserve.llm.gpustack_info" in t]
     assert info["delegate_to"] == "{{ pairserve_route_server }}"
-    assert info["pairserve.llm.gpustack_info"]["api_url"].startswith("http://127.0.0.1:")
+    assert info["pairserve.llm.gpustack_info"]["api_url"] == \
+        "{{ (groups | pairserve.llm.gpustack_server(hostvars, pairserve_route_server)).local_url }}"
     assert "hostvars[pairserve_route_server]" in info["pairserve.llm.gpustack_info"]["api_key"]
     assert info.get("run_once") is True
     [write] = [t for t in tasks if "ansible.builtin.copy" in t]
@@ -109,4 +110,4 @@ def test_the_entry_point_reads_the_server_from_its_hostvars_wherever_it_runs():
     assert "'host': pairserve_route_server" in server
     assert "hostvars[pairserve_route_server].ansible_host" in server
     route_vars = yaml.safe_load((REPO / "roles" / "route" / "vars" / "main.yml").read_text())
-    assert route_vars["pairserve_route_server"] == "{{ groups['gpustack_server'][0] }}"
+    assert route_vars["pairserve_route_server"] == "{{ (groups | pairserve.llm.gpustack_server(hostvars)).host }}"

@@ -56,8 +56,10 @@ def _play(tmp_path, entry="main", check=True, **host_vars):
     base.update(host_vars)
     inventory = tmp_path / "inventory.yml"
     gpu_nodes = dict((host, {}) for host in base.pop("gpu_nodes", ("node-a", "node-b")))
+    # localhost is the GPUStack server the controller runs on (the role reads the server's port from there).
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": base},
-                                                 "children": {"gpu_nodes": {"hosts": gpu_nodes}}}}))
+                                                 "children": {"gpu_nodes": {"hosts": gpu_nodes},
+                                                              "gpustack_server": {"hosts": {"localhost": {}}}}}}))
     task = {"name": "The controller role", "ansible.builtin.include_role": {"name": "pairserve.llm.controller"}}
     if entry != "main":
         task["ansible.builtin.include_role"]["tasks_from"] = entry + ".yml"

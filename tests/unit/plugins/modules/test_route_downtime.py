@@ -188,7 +188,7 @@ def test_the_upgrade_plays_steps_measure_report_and_leave_nothing(tmp_path):
         {"name": "Restart", "ansible.builtin.wait_for": {"path": str(outage_done), "timeout": 60}},
         {"name": "Report", "ansible.builtin.include_role": {"name": "pairserve.llm.maintenance",
                                                             "tasks_from": "downtime_report"}},
-    ], play_vars, timeout=180)))
+    ], play_vars, timeout=180, server=True)))
     thread.start()
     try:
         wait_served()
@@ -250,7 +250,7 @@ def test_a_drained_maintenance_stops_when_the_routes_other_targets_stop_answerin
             {"name": "Stopped", "ansible.builtin.debug": {"msg": "{{ ansible_failed_result.msg }}"}},
             {"name": "Lost", "ansible.builtin.debug": {"var": "pairserve_maintenance_watch_lost"}},
         ], "always": [step("Report", "watch_report")]},
-    ], play_vars, timeout=240)))
+    ], play_vars, timeout=240, server=True)))
     thread.start()
     try:
         wait_served()
