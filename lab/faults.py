@@ -4,8 +4,9 @@
                                                                 lab's route has weight 0 (a drain took effect)
     python -m lab.faults wait-worker NAME STATE [--timeout S]   until GPUStack lists worker NAME in STATE; for
                                                                 ready, also until the worker itself answers where
-                                                                the server reaches it (its /healthz): GPUStack keeps
-                                                                a stopped worker ready for minutes (heartbeat grace)
+                                                                the server reaches it (its /healthz): GPUStack lists
+                                                                a stopped worker ready until its own check (every
+                                                                15 s) finds it gone
 
 Each polls twice a second, prints what it saw when it ends and exits 0 when the state came, 1 when the time ran out.
 """

@@ -740,7 +740,7 @@ NFT
   play "$dir/cut-fixup.log" "$dir/cut-fixup.rc" site.yml
   play "$dir/cut-rerun.log" "$dir/cut-rerun.rc" site.yml
   echo "=== lab faults 2: maintenance.yml --limit node-a while node-b's worker is stopped (refused)"
-  # No wait for GPUStack to notice (its heartbeat grace is minutes): the drain's check asks the worker itself.
+  # No wait for GPUStack to notice (its check of the workers runs every 15 s): the drain's check asks the worker.
   worker_unit node-b stop
   site_snapshot "$dir/before-refused.json" || true
   maintenance_record node-a >"$dir/refused-record-before"
@@ -771,7 +771,8 @@ NFT
   play "$dir/rerun.log" "$dir/rerun.rc" site.yml
   site_snapshot "$dir/after.json" || true
   echo "=== lab faults 4: node-b restarting (its worker stopped) across verify.yml and status.yml"
-  # No wait for GPUStack to notice: it still lists node-b's worker ready and its instance running (heartbeat grace).
+  # No wait for GPUStack to notice: it lists node-b's worker ready and its instance running until its own check of
+  # the workers (every 15 s) finds the worker gone; the faults suite takes either state.
   worker_unit node-b stop
   # Its wait for the replicas gets 30 s: GPUStack marks them unreachable once its syncer finds the worker gone.
   play "$dir/verify-down.log" "$dir/verify-down.rc" playbooks/verify.yml -e pairserve_verify_wait_timeout=30

@@ -167,7 +167,7 @@ def _workers(workers: list, devices_by_worker: dict, expected_nodes: dict, probl
             "gpus": [{"index": d.get("index"), "uuid": d.get("uuid"), "name": d.get("name")} for d in devices]})
         if down:
             # Node first: GPUStack reaches the node's replicas only through this worker, and calls it ready until
-            # its heartbeat times out.
+            # its own check of the workers (every 15 s in 2.2.3) or the heartbeat finds it gone.
             problems.append("[%s] the worker at %s does not answer (%s): GPUStack reaches its replicas only through "
                             "it%s" % (worker.get("name"), down["url"].rsplit("/", 1)[0], down.get("error") or "no answer",
                                       _gpustack_says(worker.get("state"))))
@@ -321,7 +321,8 @@ def cluster_status(info: dict, nodes=None, verify=None, expected_nodes=None, rea
     ``expected_nodes``: {inventory host: worker name, empty for the host's name} of the GPU nodes, each of which
     must have a ready worker. ``reach``: {worker name: {url, ok, error}}, each worker's ``/healthz`` asked from the
     server (module_utils/reach.py): a worker that did not answer leads the problems, and its instances do not count as
-    running, whatever GPUStack's records say (it notices a dead worker only when the heartbeat times out).
+    running, whatever GPUStack's records say (they call a dead worker ready until its server's check of the workers,
+    every 15 s in 2.2.3, or the heartbeat finds it gone).
 
     A node's report may carry ``gpu`` (its pairs as gpu_pairs read them, or {error}): the table then shows each pair's
     NUMA nodes and whether it spans CPU sockets, with gpu_pairs' warning (a warning, never a problem).
