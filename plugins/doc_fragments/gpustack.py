@@ -15,6 +15,8 @@ options:
       - Base URL of the GPUStack server's API port, for example V(http://node-a:30080).
       - A trailing V(/v2) is accepted and ignored.
       - If not set, the environment variable E(GPUSTACK_API_URL) is used.
+      - Every GPUStack module of the collection is in the action group C(pairserve.llm.gpustack), so a play can set
+        this and the other connection options once, with C(module_defaults) for C(group/pairserve.llm.gpustack).
     type: str
     required: true
   api_key:

@@ -46,6 +46,7 @@ options:
   base_url:
     description:
       - Root URL of the OpenAI-compatible API, without C(/v1). For GPUStack, the server URL; for a replica, C(http://host:port).
+      - C(module_defaults) for C(group/pairserve.llm.openai) sets it (with O(api_key)) once per play.
     type: str
     required: true
   api_key:

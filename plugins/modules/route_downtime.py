@@ -29,7 +29,9 @@ extends_documentation_fragment:
   - pairserve.llm.attributes.INFO_MODULE
 options:
   base_url:
-    description: Root URL of the OpenAI-compatible API, without C(/v1) (the GPUStack server).
+    description:
+      - Root URL of the OpenAI-compatible API, without C(/v1) (the GPUStack server).
+      - C(module_defaults) for C(group/pairserve.llm.openai) sets it (with O(api_key)) once per play.
     type: str
     required: true
   api_key:
