@@ -19,8 +19,13 @@ SERVER_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "gpustack_serv
 GROUP = "gpustack_server"
 
 
-def gpustack_url(address, api_port=30080, tls_port=30443, tls=False):
-    """``https://<address>:<tls_port>`` when the server has a certificate, else ``http://<address>:<api_port>``."""
+def gpustack_url(address, api_port=None, tls_port=None, tls=False):
+    """``https://<address>:<tls_port>`` when the server has a certificate, else ``http://<address>:<api_port>``; a port
+    not given is the gpustack_server role's default (its defaults file, the one owner)."""
+    if api_port is None:
+        api_port = _server_defaults()["pairserve_gpustack_api_port"]
+    if tls_port is None:
+        tls_port = _server_defaults()["pairserve_gpustack_tls_port"]
     if not isinstance(address, str) or not address.strip() or any(c in address for c in "/@ ?#"):
         raise AnsibleFilterError("pairserve.llm.gpustack_url: %r is not a host name or IP address "
                                  "(pairserve_gpustack_server_address)" % (address,))

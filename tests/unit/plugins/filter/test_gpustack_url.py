@@ -54,6 +54,9 @@ def test_the_server_is_the_first_host_of_its_group_at_the_role_defaults_ports():
 
 def test_without_a_server_host_the_ports_are_the_defaults_and_a_bad_port_is_named():
     defaults = yaml.safe_load(SERVER_DEFAULTS.read_text())
+    # the URL filter's ports not given: the same owner
+    assert gpustack_url("192.0.2.10") == "http://192.0.2.10:%d" % defaults["pairserve_gpustack_api_port"]
+    assert gpustack_url("192.0.2.10", tls=True) == "https://192.0.2.10:%d" % defaults["pairserve_gpustack_tls_port"]
     assert gpustack_server({"gpu_nodes": ["node-b"]}, {}) == {
         "host": "", "api_port": defaults["pairserve_gpustack_api_port"],
         "tls_port": defaults["pairserve_gpustack_tls_port"],
