@@ -22,7 +22,7 @@ Interface (everything else in this file is detail):
         # max_num_seqs, threads_bind (VLLM_CPU_OMP_THREADS_BIND, default all CPUs), version (default lab/pins.py SERVE_VLLM)
 
     make_server(log_dir, **same keywords)      # a configured, not started VllmServer (.start() / .stop())
-    free_port()                                # an ephemeral port on 127.0.0.1
+    free_port()                                # a free port (lab/ports.py: below the ephemeral range)
     verification_checks()                      # the tiny model's verification.json (prompts + expected answers)
     tiny_model(random=False, vision=False)     # builds/returns .cache/tiny-model/qwen3-tiny[-random] or qwen2_5-vl-tiny
 
@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -53,6 +52,7 @@ from pathlib import Path
 import requests
 
 from lab.pins import SERVE_VLLM
+from lab.ports import free_port
 from lab.profile import lab_profile, lab_replica_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,12 +102,6 @@ def tiny_model(random: bool = False, vision: bool = False) -> Path:
 def verification_checks(model_dir: Path | None = None) -> dict:
     """verification.json of the tiny model: {"request": {...}, "checks": [{id, messages, tools, expect, ...}]}."""
     return json.loads(((model_dir or tiny_model()) / "verification.json").read_text())
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _group_rss_mib(pgid: int) -> float:

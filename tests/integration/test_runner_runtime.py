@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from lab.ansible_runner import REPO, run_playbook
+from lab.ports import free_port
 
 PAIRS = {"pairs": [{"uuids": ["GPU-11111111-2222-3333-4444-555555555555",
                               "GPU-66666666-7777-8888-9999-000000000000"]}]}
@@ -135,18 +136,13 @@ def test_the_uninstall_removes_the_workload_containers_the_worker_left_behind(tm
 
 # -- the runner image's own vLLM, read before GPUStack is installed (entry point image_version) -----------------------
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 @pytest.fixture()
 def registry(tmp_path):
     """A registry on 127.0.0.1 as the lab runs one (Debian's docker-registry, plain HTTP on loopback, its storage in the
     test's tmp), with a registries.conf that lets podman reach it; stopped by its PID (also by the test, to show a run
     that needs none)."""
-    port = _free_port()
+    port = free_port()
     address = "127.0.0.1:%d" % port
     config = tmp_path / "registry.yml"
     config.write_text(yaml.safe_dump({"version": 0.1, "log": {"level": "warn"}, "http": {"addr": address},

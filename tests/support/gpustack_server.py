@@ -35,7 +35,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -48,6 +47,7 @@ from pathlib import Path
 import yaml
 
 from lab import pins, tools_archive
+from lab.ports import address_in_use, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
@@ -63,12 +63,6 @@ TOOL_VERSIONS_BY_GPUSTACK = yaml.safe_load((REPO / "lab" / "gpustack-tools" / "t
 TOOL_VERSIONS = TOOL_VERSIONS_BY_GPUSTACK[DEFAULT_VERSION]
 # Bump when ensure_venv() changes what goes into the venv, so cached venvs are rebuilt.
 VENV_RECIPE = 1
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _log(msg: str) -> None:
@@ -313,26 +307,22 @@ class GpuStackServer:
         self._postgres.start()
         self.timings["postgres_s"] = round(time.monotonic() - started, 1)
 
-        api_port = free_port()
-        self.api_url = f"http://127.0.0.1:{api_port}"
         server_dir = self.root / "server"
         server_dir.mkdir()
-        server_cfg = {
-            "data_dir": str(server_dir / "data"), "log_dir": str(server_dir / "log"),
-            "api_port": api_port, "port": free_port(), "tls_port": free_port(), "proxy_port": free_port(),
-            "metrics_port": free_port(), "disable_metrics": True, "disable_builtin_observability": True,
-            "disable_update_check": True, "gateway_mode": "disabled", "database_url": self._postgres.url,
-            "bootstrap_password": self.admin_password, "advertise_address": "127.0.0.1",
-            "disable_worker": True,
-        }
-        cfg_path = server_dir / "config.yaml"
-        cfg_path.write_text(json.dumps(server_cfg, indent=1))  # JSON is YAML
         self.server_log = server_dir / "server.log"
-        self._server_cmd = [gpustack, "start", "--config-file", str(cfg_path)]
         started = time.monotonic()
-        self._launch_server("wb")
-        self.timings["server_readyz_s"] = round(_wait_http(self.api_url + "/readyz", self._server,
-                                                           self.server_log, 300), 1)
+        for attempt in (1, 2, 3):
+            api_port = self._write_server_config(server_dir, gpustack)
+            self._launch_server("wb" if attempt == 1 else "ab")
+            try:
+                ready = _wait_http(self.api_url + "/readyz", self._server, self.server_log, 300)
+                break
+            except RuntimeError:
+                # A port drawn free was taken before the server bound it (another lane's process): new ports.
+                if attempt == 3 or self._server.poll() is None or not address_in_use(_tail(self.server_log)):
+                    raise
+                _log(f"a port was taken before the server bound it; new ports (attempt {attempt + 1})")
+        self.timings["server_readyz_s"] = round(ready, 1)
         _log(f"server {self.api_url} ready in {time.monotonic() - started:.0f} s")
         self._bootstrap()
 
@@ -414,6 +404,23 @@ class GpuStackServer:
         for record in self.items("/v2/workers"):
             if record["name"] in names:
                 self.api("DELETE", f"/v2/workers/{record['id']}")
+
+    def _write_server_config(self, server_dir: Path, gpustack: str) -> int:
+        """The server's config.yaml with new free ports; sets api_url and the command; returns the API port."""
+        api_port = free_port()
+        self.api_url = f"http://127.0.0.1:{api_port}"
+        server_cfg = {
+            "data_dir": str(server_dir / "data"), "log_dir": str(server_dir / "log"),
+            "api_port": api_port, "port": free_port(), "tls_port": free_port(), "proxy_port": free_port(),
+            "metrics_port": free_port(), "disable_metrics": True, "disable_builtin_observability": True,
+            "disable_update_check": True, "gateway_mode": "disabled", "database_url": self._postgres.url,
+            "bootstrap_password": self.admin_password, "advertise_address": "127.0.0.1",
+            "disable_worker": True,
+        }
+        cfg_path = server_dir / "config.yaml"
+        cfg_path.write_text(json.dumps(server_cfg, indent=1))  # JSON is YAML
+        self._server_cmd = [gpustack, "start", "--config-file", str(cfg_path)]
+        return api_port
 
     def _launch_server(self, log_mode: str) -> None:
         with open(self.server_log, log_mode) as log:

@@ -47,7 +47,8 @@ from gpustack_helpers import wait_for
 from lab import pins
 from lab.ansible_runner import REPO, run_module, run_playbook
 from support.gpustack_models import config_only_checkpoint, model_args
-from support.gpustack_server import Postgres, ensure_venv, free_port
+from lab.ports import free_port
+from support.gpustack_server import Postgres, ensure_venv
 from support.recap import parse_recap
 
 pytestmark = [pytest.mark.slow]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 
@@ -11,6 +10,7 @@ import pytest
 
 from gpustack_helpers import four_steps
 from lab.ansible_runner import run_module, run_playbook
+from lab.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -146,9 +146,7 @@ def test_wrong_admin_password_names_the_cause(gpustack_server):
 
 
 def test_unreachable_server_names_the_cause():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nothing listens on it
     res = run_module("gpustack_cluster", {"api_url": f"http://127.0.0.1:{port}", "api_key": "x", "name": "c",
                                           "retries": 1, "timeout": 5})
     assert res.failed

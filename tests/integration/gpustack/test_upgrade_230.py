@@ -28,6 +28,7 @@ import pytest
 from gpustack_helpers import four_steps
 from support import gpustack_server as gs
 from lab import pins
+from lab.ports import free_port
 from lab.ansible_runner import run_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.upgrade]
@@ -58,7 +59,7 @@ class UpgradeStack:
         self.server = self.worker = None
         self.server_started_at = None
         self.timings = {}
-        self.api_port = gs.free_port()
+        self.api_port = free_port()
         self.api_url = f"http://127.0.0.1:{self.api_port}"
         self.server_dir = root / "server"
         self.worker_dir = root / "worker"
@@ -76,8 +77,8 @@ class UpgradeStack:
         self.server_dir.mkdir(exist_ok=True)
         cfg = self._config(self.server_dir, {
             "data_dir": str(self.server_dir / "data"), "log_dir": str(self.server_dir / "log"),
-            "api_port": self.api_port, "port": gs.free_port(), "tls_port": gs.free_port(),
-            "proxy_port": gs.free_port(), "metrics_port": gs.free_port(), "disable_metrics": True,
+            "api_port": self.api_port, "port": free_port(), "tls_port": free_port(),
+            "proxy_port": free_port(), "metrics_port": free_port(), "disable_metrics": True,
             "disable_builtin_observability": True, "disable_update_check": True, "gateway_mode": "disabled",
             "database_url": self.pg.url, "bootstrap_password": gs.ADMIN_PASSWORD,
             "advertise_address": "127.0.0.1", "disable_worker": True})
@@ -100,8 +101,8 @@ class UpgradeStack:
         cfg = self._config(self.worker_dir, {
             "server_url": self.api_url, "token": self.token, "worker_name": gs.WORKER_NAME,
             "data_dir": str(self.worker_dir / "data"), "log_dir": str(self.worker_dir / "log"),
-            "worker_ip": "127.0.0.1", "worker_port": gs.free_port(), "worker_metrics_port": gs.free_port(),
-            "disable_worker_metrics": True, "proxy_port": gs.free_port(), "resources": gs.fake_resources(2)})
+            "worker_ip": "127.0.0.1", "worker_port": free_port(), "worker_metrics_port": free_port(),
+            "disable_worker_metrics": True, "proxy_port": free_port(), "resources": gs.fake_resources(2)})
         with open(self.worker_dir / f"worker-{version}.log", "wb") as out:
             self.worker = subprocess.Popen([str(venv / "bin" / "gpustack"), "start", "--config-file", str(cfg)],
                                            stdout=out, stderr=subprocess.STDOUT, cwd=self.worker_dir,

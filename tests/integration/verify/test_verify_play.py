@@ -15,7 +15,8 @@ import pytest
 from verify_helpers import by_check, verify, verify_result
 
 from lab.ansible_runner import REPO, run_playbook
-from lab.vllm_server import free_port, tiny_model
+from lab.ports import free_port
+from lab.vllm_server import tiny_model
 
 BENCH = REPO / "playbooks" / "bench.yml"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import yaml
 
 from ansible_collections.pairserve.llm.plugins.module_utils import node_ports
 from lab.ansible_runner import REPO, run_module, run_playbook
+from lab.ports import free_port
 
 HOLD = "import socket, sys, time\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen()\n" \
        "print(s.getsockname()[1], flush=True)\ntime.sleep(600)\n"
@@ -75,16 +75,11 @@ def test_the_rule():
     assert "another PID namespace" in found[1]["problem"]
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def _preflight_ports(tmp_path, port):
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": {"node-x": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-        "pairserve_gpustack_worker_port": port, "pairserve_gpustack_worker_metrics_port": _free_port()}}}}}}
+        "pairserve_gpustack_worker_port": port, "pairserve_gpustack_worker_metrics_port": free_port()}}}}}}
     (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(yaml.safe_dump([{
         "name": "ports", "hosts": "gpu_nodes", "gather_facts": False, "tasks": [
