@@ -194,9 +194,19 @@ prepare_upgrade() {  # what the upgrade scenario's pins need and the default lab
 }
 
 use_pins() {  # use_pins previous|next: the scenario's pins file becomes the lab's, as a user edits pins.yml
+  # The runner image of its vLLM comes from the lab registry by digest, as the default lab's does (pins.yml names
+  # the repository from the vLLM version; the digest is known once the image is pushed): both nodes pull it,
+  # node-b through Docker, which has no podman image store to find a localhost/ image in.
+  local vllm digest_file
+  vllm=$(pairserve_pin "inventory/lab/upgrade/$1.yml" pairserve_vllm_version) || return
+  digest_file=$state/runner-$vllm.digest
+  pairserve_lab_registry_start "$state" || return
+  CONTAINERS_REGISTRIES_CONF=$state/registries.conf \
+    pairserve_lab_registry_push "$(pairserve_vllm_cpu_image "$vllm")" "lab/vllm-cpu:$vllm" "$digest_file" || return
   { echo "# Written by scripts/lab.sh upgrade from inventory/lab/upgrade/$1.yml (git-ignored, removed by"
     echo "# \`scripts/lab.sh down\`); loaded after pins.yml, so these pins are the lab's now."
-    grep -v '^#' "inventory/lab/upgrade/$1.yml"; } >"$upgrade_pins.tmp"
+    grep -v '^#' "inventory/lab/upgrade/$1.yml"
+    echo "pairserve_runner_image_digest: \"$(cat "$digest_file")\""; } >"$upgrade_pins.tmp"
   mv "$upgrade_pins.tmp" "$upgrade_pins"
 }
 

@@ -39,9 +39,17 @@ sys.path.insert(0, str(REPO / ".cache" / "collections"))
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import pinned_backend_version  # noqa: E402
 
 
-def runner_version(pins):
-    """The vLLM backend version that carries the pins' runner image (the replica role registers it)."""
-    return pinned_backend_version(pins["pairserve_vllm_version"], pins["pairserve_runner_image"])
+def runner_image(step_pins) -> str:
+    """The runner image of a step's vLLM as the lab pins it: the registry repository of pins.yml for that version, at
+    the digest scripts/lab.sh got when it pushed the image for the step (use_pins: .lab/runner-<version>.digest)."""
+    version = step_pins["pairserve_vllm_version"]
+    image = pins.resolved(dict(pins.lab(), pairserve_vllm_version=version), "pairserve_runner_image")
+    return "%s@%s" % (image, (STATE / f"runner-{version}.digest").read_text().strip())
+
+
+def runner_version(step_pins):
+    """The vLLM backend version that carries the step's runner image (the replica role registers it)."""
+    return pinned_backend_version(step_pins["pairserve_vllm_version"], runner_image(step_pins))
 
 
 HOSTS = ("node-a", "node-b")
@@ -109,10 +117,11 @@ def keys():
 def test_the_previous_pins_rolled_out_one_node_at_a_time():
     log = flat((DIR / "previous.log").read_text())
     assert rc(DIR / "previous.rc") == 0, log[-4000:]
-    # The default lab runs its registry's image (pins.yml): both replicas moved to the previous pins' image.
+    # The default lab already runs vLLM 0.25.1 from its registry by digest, which is the previous pins' image: the
+    # play finds nothing to change on the replicas, or (a push that gave the image another digest) rolls them to it.
     for host in HOSTS:
-        assert re.search(rf"{host}: replica\(s\) {ROUTE}-{host} change \([^)]*backend_version", log), \
-            f"{host}'s replica did not move to {PREV['pairserve_runner_image']}"
+        assert re.search(rf"{host}: (replicas unchanged|replica\(s\) {ROUTE}-{host} change \([^)]*backend_version)",
+                         log), f"{host}'s replica is not on {runner_image(PREV)}"
     assert "worker GPUStack" not in log, "the previous pins moved a worker"
     run = results(DIR / "previous.log")
     assert all(r["failed"] == 0 for r in run.recap().values()), run.where(status="failed")
@@ -202,6 +211,14 @@ def test_the_server_answers_the_new_version():
     ran("upgrade-1", "the server on GPUStack's new version")
     assert version_at(API + "/version") == NEXT["pairserve_gpustack_version"]
     assert node("node-a").run("readlink /opt/gpustack/current").stdout.strip() == NEXT["pairserve_gpustack_version"]
+
+
+def test_the_backups_name_the_new_version():
+    # The scheduled backups' configuration names the GPUStack version of the dumps they take, which a restore
+    # installs: upgrade.yml runs role server_backup again once the server answers the new version.
+    ran("upgrade-1", "the server on GPUStack's new version")
+    config = json.loads(node("node-a").check_output("cat /etc/pairserve/server-backup.json"))
+    assert config["gpustack_version"] == NEXT["pairserve_gpustack_version"], config
 
 
 @pytest.mark.parametrize("host", HOSTS)
