@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[3]
 PREFIX = "pairserve.llm."
 INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role")
 
+
 def _walk(node, found: set) -> None:
     if isinstance(node, dict):
         for key in INCLUDES:
