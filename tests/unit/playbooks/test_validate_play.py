@@ -271,7 +271,7 @@ def test_the_check_plays_of_control_plane_stop_every_host_on_one_failure():
 
 # -- one GPU in at most one replica across hosts ---------------------------------------------------------------------
 
-from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import gpu_conflicts  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import gpu_conflicts, ready_worker_gpus  # noqa: E402
 from lab.ansible_runner import run_playbook  # noqa: E402
 
 
@@ -358,6 +358,17 @@ def test_the_rebuild_check_counts_only_the_other_ready_workers_gpus(tmp_path):
     assert res.rc != 0
     msg = [r for r in res.results if r["_status"] == "failed"][0]["msg"]
     assert "node-b: pairserve_gpu: GPU-b2 is in its pair 0 and a GPU of GPUStack worker node-a" in msg, msg
+
+
+def test_only_the_other_ready_workers_gpus_with_a_uuid_count():
+    view = {"workers": [{"name": "node-a", "state": "ready"}, {"name": "node-b", "state": "ready"},
+                        {"name": "node-c", "state": "unreachable"}],
+            "gpus": [{"worker_name": "node-a", "uuid": "GPU-a1"}, {"worker_name": "node-a", "uuid": ""},
+                     {"worker_name": "node-a", "uuid": "GPU-a2"}, {"worker_name": "node-b", "uuid": "GPU-b1"},
+                     {"worker_name": "node-c", "uuid": "GPU-c1"}]}
+    assert ready_worker_gpus(view, "node-b") == {"node-a": ["GPU-a1", "GPU-a2"]}
+    assert ready_worker_gpus(view) == {"node-a": ["GPU-a1", "GPU-a2"], "node-b": ["GPU-b1"]}
+    assert ready_worker_gpus({}) == {} and ready_worker_gpus(None, "node-b") == {}
 
 
 def _index(tasks, predicate, what, first=False):
