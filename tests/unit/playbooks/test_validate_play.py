@@ -395,10 +395,10 @@ def test_the_gpu_conflict_check_runs_after_detection_and_before_any_change():
     assert _index(tasks, lambda t: "pairserve.llm.gpu_pairs" in t, "gpu_pairs") < check
     assert play.get("any_errors_fatal") is True  # and it is before the install (the test above)
 
-    rebuild = yaml.safe_load((REPO / "roles" / "maintenance" / "tasks" / "rebuild.yml").read_text())
-    check = _index(rebuild, _includes("preflight:gpu_conflicts"), "the maintenance role's rebuild")
-    assert _index(rebuild, _includes("detect.yml"), "detect") < check
-    assert _index(rebuild, _includes("view.yml"), "view", first=True) < check
+    rebuild = yaml.safe_load((REPO / "roles" / "rebuild" / "tasks" / "main.yml").read_text())
+    check = _index(rebuild, _includes("preflight:gpu_conflicts"), "the rebuild role")
+    assert _index(rebuild, _includes("maintenance:detect"), "detect") < check
+    assert _index(rebuild, _includes("maintenance:view"), "view", first=True) < check
     assert rebuild[check]["vars"]["pairserve_gpu_conflicts_gpustack"] == "{{ _pairserve_maintenance_info }}"
     first_change = _index(rebuild, lambda t: "block" in t, "the rebuild block")
     assert check < _index(rebuild, lambda t: t["name"].startswith("Render and check the replica"), "render") \
