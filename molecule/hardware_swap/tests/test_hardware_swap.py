@@ -1,4 +1,4 @@
-"""The hardware-swap scenario on the lab (scripts/lab.sh swap, molecule/hardware_swap's side effect), judged
+"""The hardware-swap scenario on the lab (scripts/lab.sh hardware_swap, molecule/hardware_swap's side effect), judged
 afterwards: node-b's cards became 2x RTX 4090 (24 GiB) and `rebuild_node.yml --limit node-b` ran twice.
 
 - GPUStack's worker node-b shows the new cards; the replica qwen-node-b runs on them, started after the swap;
