@@ -45,7 +45,7 @@ def free_port(tries: int = 200) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))
             return sock.getsockname()[1]
-    for _ in range(tries):
+    for _attempt in range(tries):
         port = _RANDOM.randrange(low, high)
         if _is_free(port):
             return port

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The lab's queue-aware weights demonstration of the controller (docs/queue-aware-weights.md).
 
-`scripts/lab.sh weights` makes the lab's two CPU replicas differ in speed (node-b's replica container is held
+`scripts/lab.sh queue_weights` makes the lab's two CPU replicas differ in speed (node-b's replica container is held
 to a fraction of its core with `podman update --cpus`, as the seed's Ada pair is slower than the Blackwell
 pair), measures both with playbooks/bench.yml, and turns the controller on in weights mode with the measured
 speeds (playbooks/controller.yml). This script then only watches GPUStack's route and sends requests:

@@ -15,14 +15,14 @@
 #                         (inventory/lab/upgrade/next.yml: GPUStack 2.3.0, vLLM 0.27.1, and the checkpoint revision
 #                         moved to the hub's next commit), then once more (changed=0), while a request loop counts
 #                         failed requests on the route (molecule/upgrade's side effect)
-#   scripts/lab.sh swap   on a converged lab: node-b's recorded cards become 2x RTX 4090, then
+#   scripts/lab.sh hardware_swap   on a converged lab: node-b's recorded cards become 2x RTX 4090, then
 #                         `playbooks/rebuild_node.yml --limit node-b` twice, then once more after node-b's worker
 #                         identity and pairs record were wiped (a reinstall), under the same request loop
 #                         (molecule/hardware_swap's side effect)
-#   scripts/lab.sh sleepwake   on a converged lab: the controller (docs/controller.md) on in sleep mode with a short idle
+#   scripts/lab.sh sleep_wake   on a converged lab: the controller (docs/controller.md) on in sleep mode with a short idle
 #                         time, node-b's replica put to sleep, a request while it sleeps, a burst of long prompts
 #                         that wakes it, the wake time measured; then the controller off again
-#   scripts/lab.sh patchrestart   on a converged lab: the tokenizer patch undone on both nodes, then site.yml, which
+#   scripts/lab.sh patch_restart   on a converged lab: the tokenizer patch undone on both nodes, then site.yml, which
 #                         patches again and restarts each node's replicas drained, under the request loop; then
 #                         site.yml once more (changed=0) (molecule/patch_restart's side effect; part of `test`)
 #   scripts/lab.sh maintenance   on a converged lab: playbooks/maintenance.yml --limit node-b reboots node-b (its
@@ -33,11 +33,11 @@
 #                         rebuild_node.yml --limit node-a, verify.yml and site.yml under the request loop with the old
 #                         inference key, the recovery time printed; then site.yml and restore.yml again (changed=0)
 #                         (molecule/restore's side effect)
-#   scripts/lab.sh weights   on a converged lab: node-b's replica held to a fraction of its core, both replicas
+#   scripts/lab.sh queue_weights   on a converged lab: node-b's replica held to a fraction of its core, both replicas
 #                         measured with playbooks/bench.yml, the controller on in weights mode with those speeds;
 #                         the route's weights followed through idle, a backlog on each replica and a mixed load
 #                         through the route (molecule/queue_weights's side effect)
-#   scripts/lab.sh arms   on a converged lab: playbooks/bench.yml (check mode, then for real) with one A/B arm,
+#   scripts/lab.sh bench_arms   on a converged lab: playbooks/bench.yml (check mode, then for real) with one A/B arm,
 #                         node-b's replica with --max-num-seqs 2 booted through GPUStack, measured against the
 #                         baseline and put back, under the request loop (molecule/bench_arms's side effect)
 #   scripts/lab.sh uninstall  on a converged lab: playbooks/uninstall.yml twice (the second changes nothing),
@@ -176,7 +176,7 @@ os.replace(path + ".tmp", path)
 PY
 }
 
-# Which day-2 steps run: all (the default of `scripts/lab.sh upgrade|swap` and of the molecule scenarios), or
+# Which day-2 steps run: all (the default of `scripts/lab.sh upgrade|hardware_swap` and of the molecule scenarios), or
 # core (what `scripts/lab.sh test` runs when PAIRSERVE_LAB_SCENARIOS names them): without the broken runner
 # image's rollback (~8 min) and the reinstall (~9 min). Each scenario writes what it ran to <dir>/steps; the
 # suites skip, saying so, the checks of the steps that did not run.
@@ -1548,16 +1548,13 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
   # PAIRSERVE_LAB_SCENARIOS names them (e.g. "upgrade hardware_swap"); by default only patch_restart (a few
   # minutes: the drained restart that every tokenizer patch on a running cluster goes through). The others stay
   # out of CI: its budget is 60 minutes, and the upgrade scenario alone takes about 40 on this 2-core kind of
-  # machine (docs/lab.md, "Status"). `make molecule` and `scripts/lab.sh upgrade|swap|sleepwake|...` run them.
+  # machine (docs/lab.md, "Status"). `make molecule` and `scripts/lab.sh <scenario>` run them.
   local scenario
   day2_steps=${PAIRSERVE_LAB_DAY2_STEPS:-core}
-  declare -A side_effect=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake
-    [queue_weights]=day2_weights [bench_arms]=day2_arms [patch_restart]=day2_patch_restart
-    [rotate]=day2_rotate [maintenance]=day2_maintenance [restore]=day2_restore [faults]=day2_faults)
   for scenario in ${PAIRSERVE_LAB_SCENARIOS-patch_restart}; do
     [ "$rc" -eq 0 ] || break
-    [ -n "${side_effect[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
-    phase "$scenario" "${side_effect[$scenario]}" || rc=$?
+    [ -n "${scenarios[$scenario]:-}" ] || { echo "lab: no scenario $scenario" >&2; rc=2; break; }
+    phase "$scenario" "${scenarios[$scenario]}" || rc=$?
     python -m pytest -p no:cacheprovider -q --durations=10 --rootdir="molecule/$scenario" "molecule/$scenario/tests" || rc=$?
   done
   # Last on the running lab: playbooks/uninstall.yml, held to the fresh nodes' snapshots.
@@ -1569,22 +1566,25 @@ lab_test() {  # what CI runs: up, the idempotence proof, the test suite against 
   return "$rc"
 }
 
+# The day-2 scenarios, each by its one name: the molecule scenario's (molecule/<name>: its side effect runs
+# `scripts/lab.sh <name>`, its tests judge it) and its logs' directory under .lab/.
+declare -A scenarios=([upgrade]=day2_upgrade [hardware_swap]=day2_swap [sleep_wake]=day2_sleepwake
+  [queue_weights]=day2_weights [bench_arms]=day2_arms [patch_restart]=day2_patch_restart
+  [rotate]=day2_rotate [maintenance]=day2_maintenance [restore]=day2_restore [faults]=day2_faults)
+
 case "${1:-up}" in
   up) up ;;
   start) start ;;
   down) shift; down "$@" && leftovers ;;
-  upgrade) day2_upgrade ;;
-  swap) day2_swap ;;
-  sleepwake) day2_sleepwake ;;
-  patchrestart) day2_patch_restart ;;
-  rotate) day2_rotate ;;
-  maintenance) day2_maintenance ;;
-  restore) day2_restore ;;
-  faults) day2_faults ;;
-  weights) day2_weights ;;
-  arms) day2_arms ;;
   test) lab_test ;;
   uninstall) uninstall_proof ;;
   reinstall) reinstall ;;
-  *) echo "usage: $0 up|start|down [--images]|upgrade|swap|sleepwake|patchrestart|rotate|maintenance|restore|faults|weights|arms|uninstall|reinstall|test" >&2; exit 2 ;;
+  *)
+    if [ -n "${scenarios[${1}]:-}" ]; then
+      "${scenarios[$1]}"
+    else
+      echo "usage: $0 up|start|down [--images]|test|uninstall|reinstall|SCENARIO" >&2
+      echo "  SCENARIO: $(printf '%s\n' "${!scenarios[@]}" | sort | tr '\n' ' ')" >&2
+      exit 2
+    fi ;;
 esac

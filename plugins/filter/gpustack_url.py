@@ -5,17 +5,12 @@ for the GPUStack server's URL, and for which host the server is with its ports a
 
 from __future__ import annotations
 
-import functools
 import ipaddress
-from pathlib import Path
-
-import yaml
 
 from ansible.errors import AnsibleFilterError
 
-# The gpustack_server role's defaults: the one owner of the ports' defaults (the collection ships its roles beside
-# its plugins). Read here for a host whose inventory does not set them: role defaults are not in hostvars.
-SERVER_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "gpustack_server" / "defaults" / "main.yml"
+from ansible_collections.pairserve.llm.plugins.plugin_utils import role_defaults as _role_defaults
+
 GROUP = "gpustack_server"
 
 
@@ -47,10 +42,10 @@ def gpustack_url(address, api_port=None, tls_port=None, tls=False):
     return "%s://%s:%d" % ("https" if tls else "http", host, port)
 
 
-@functools.lru_cache(maxsize=1)
 def _server_defaults():
-    with open(SERVER_DEFAULTS, "r", encoding="utf-8") as handle:
-        return yaml.safe_load(handle) or {}
+    """The gpustack_server role's defaults: the one owner of the ports' defaults, for a host whose inventory does
+    not set them (role defaults are not in hostvars)."""
+    return _role_defaults.role_defaults("gpustack_server")
 
 
 def _port(value, name, host):

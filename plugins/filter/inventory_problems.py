@@ -16,6 +16,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check impo
     controller_problems as _controller_problems,
     gpu_conflicts,
     problems,
+    ready_worker_gpus,
     report,
 )
 
@@ -64,11 +65,17 @@ def inventory_check_vars(_input):
             "server_only": list(SERVER_VAULTED_VARS)}
 
 
-def gpu_uuid_conflicts(pairs_by_host, others=None):
+def gpu_uuid_conflicts(pairs_by_host, others=None, gpustack=None, worker=""):
     """GPUs in the pairs of two hosts (documented in gpu_uuid_conflicts.yml)."""
     if not isinstance(pairs_by_host, dict) or not isinstance(others or {}, dict):
         raise AnsibleFilterError("pairserve.llm.gpu_uuid_conflicts: expected {host: pairs} and {worker: [uuid]} as "
                                  "dicts, got %s and %s" % (type(pairs_by_host).__name__, type(others).__name__))
+    if not isinstance(gpustack or {}, dict):
+        raise AnsibleFilterError("pairserve.llm.gpu_uuid_conflicts: gpustack is a gpustack_info result (a dict with "
+                                 "workers and gpus), got %s" % type(gpustack).__name__)
+    others = dict(others or {})
+    for name, uuids in ready_worker_gpus(gpustack, str(worker or "")).items():
+        others[name] = list(others.get(name) or []) + uuids
     for host, pairs in pairs_by_host.items():
         if pairs is not None and (not isinstance(pairs, list) or not all(isinstance(p, dict) for p in pairs)):
             raise AnsibleFilterError("pairserve.llm.gpu_uuid_conflicts: %s: expected the pairs of its pairserve_gpu "

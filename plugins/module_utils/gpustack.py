@@ -23,7 +23,7 @@ from pathlib import PurePosixPath
 from ansible.module_utils.basic import env_fallback
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlencode, quote
-from ansible_collections.pairserve.llm.plugins.module_utils.routes import reweigh
+from ansible_collections.pairserve.llm.plugins.module_utils.routes import reweigh, target_model
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import (
     CaPathError,
     cert_verify_error,
@@ -471,7 +471,7 @@ def reweighed_route_targets(current, names_by_id, changes):
     """The targets of a route PUT that gives ``changes`` ({model name: weight}) to some of ``current`` (the route's
     targets as the server has them), the others kept, every target id kept (GPUStack recreates a target sent
     without one), the drain rule applied by ``routes.reweigh``. ValueError for a model the route does not hold."""
-    now = [{"model": names_by_id.get(t.get("model_id"), "provider:%s" % t.get("provider_id")),
+    now = [{"model": target_model(t, names_by_id),
             "weight": t.get("weight", 0), "fallback_status_codes": t.get("fallback_status_codes")} for t in current]
     body = []
     for target, new in zip(current, reweigh(now, changes)):

@@ -478,6 +478,20 @@ def _check_routes(out, server, view, nodes, profiles, expected_pairs=None):
                 "%s: give the nodes different profiles, or use pooled" % next(iter(profiles.values())))
 
 
+def ready_worker_gpus(gpustack, exclude=""):
+    """{GPUStack worker name: [GPU uuid, ...]} of the ready workers but ``exclude``, from a gpustack_info result with
+    workers and gpus: gpu_conflicts' ``others`` on a day-2 run that detects one node. A worker that is not ready
+    keeps its last report, which may name a card since moved to the node being detected: left out. GPUs without a
+    uuid (declared by hand) are left out."""
+    ready = set(w.get("name") for w in (gpustack or {}).get("workers") or [] if w.get("state") == "ready")
+    out = {}
+    for gpu in (gpustack or {}).get("gpus") or []:
+        worker = gpu.get("worker_name")
+        if worker in ready and worker != exclude and gpu.get("uuid"):
+            out.setdefault(worker, []).append(gpu["uuid"])
+    return out
+
+
 def gpu_conflicts(pairs_by_host, others=None):
     """Every GPU that two replicas would share, once the nodes' pairs are known.
 

@@ -2,15 +2,18 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The rules of a node's maintenance (playbooks/maintenance.yml, the maintenance role's entry point maintenance):
 which runs it refuses before anything changes, and whether the cards a node reports after the operator's change
-are the ones its replicas were registered for.
+are the ones its replicas were registered for; and GPUStack's view of one node, which every drain reads.
 
-Used by the filters pairserve.llm.maintenance_host_problems and pairserve.llm.maintenance_card_changes. Pure
-functions over plain values, so the rules are unit-tested without GPUStack.
+Used by the filters pairserve.llm.maintenance_host_problems, pairserve.llm.maintenance_card_changes and
+pairserve.llm.maintenance_view. Pure functions over plain values, so the rules are unit-tested without GPUStack.
 """
 
 from __future__ import annotations
 
+import re
+
 from ansible_collections.pairserve.llm.plugins.module_utils import rebuild
+from ansible_collections.pairserve.llm.plugins.module_utils.routes import named_targets
 
 ACTIONS = ("reboot", "pause", "none")
 
@@ -72,3 +75,42 @@ def card_changes(before, after, host):
                    % (host, ", ".join("+".join(str(i) for i in p.get("gpustack_gpu_indexes", [])) for p in now["pairs"]),
                       ", ".join("+".join(str(i) for i in p.get("gpustack_gpu_indexes", [])) for p in was["pairs"])))
     return out
+
+
+# Fields of another node's replica that a drain of this node must leave as they are (the proof that it did).
+OTHERS_FIELDS = ("id", "gpu_selector", "backend_version", "backend_parameters", "local_path", "image_name")
+
+
+def node_view(info, worker, model_pattern):
+    """GPUStack's view of one node, from a ``gpustack_info`` result with workers, gpus, models, model_instances
+    and routes: ``workers`` (the node's worker record by name), ``gpus`` (its devices by index), ``models`` (its
+    replicas: names matching ``model_pattern``, a regular expression matched at the start, as Jinja's ``match``),
+    ``instances`` (theirs), ``routes`` (every route with a target among its replicas: {name, id, targets} with
+    targets by model name, routes.named_targets), ``others`` ({name: the OTHERS_FIELDS and sorted instance ids} of
+    every other model)."""
+    pattern = re.compile(model_pattern)
+    models = info.get("models") or []
+    instances = info.get("model_instances") or []
+    mine = [m for m in models if pattern.match(str(m.get("name", "")))]
+    mine_names = [m.get("name") for m in mine]
+    names_by_id = dict((m.get("id"), m.get("name")) for m in models)
+    routes = []
+    for route in info.get("routes") or []:
+        targets = named_targets(route.get("route_targets"), names_by_id)
+        if any(t["model"] in mine_names for t in targets):
+            routes.append({"name": route.get("name"), "id": route.get("id"), "targets": targets})
+    others = {}
+    for model in models:
+        if model.get("name") not in mine_names:
+            entry = dict((key, model.get(key)) for key in OTHERS_FIELDS)
+            entry["instances"] = sorted(i.get("id") for i in instances if i.get("model_name") == model.get("name"))
+            others[model.get("name")] = entry
+    return {
+        "workers": [w for w in info.get("workers") or [] if w.get("name") == worker],
+        "gpus": sorted((g for g in info.get("gpus") or [] if g.get("worker_name") == worker),
+                       key=lambda g: g.get("index")),
+        "models": mine,
+        "instances": [i for i in instances if i.get("model_name") in mine_names],
+        "routes": routes,
+        "others": others,
+    }

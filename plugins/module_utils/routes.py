@@ -24,6 +24,8 @@
 - ``carriers`` / ``carrier_problems``: a drain never removes the last healthy replica. Weights alone do not carry a
   route: GPUStack reaches each replica through the worker of its node, so before a node is drained the others'
   workers and replicas must answer where the server reaches them.
+- ``target_model`` / ``named_targets``: which model a route target sends to, by name (GPUStack's targets name
+  models by id): the join every reader of routes uses (the drain's view of a node, ``gpustack_route``, the reweigh).
 - ``keep_unknown``: the route is changed only from what the run knows. A GPU node that failed earlier in the run
   (or was not part of it: ``--limit``) keeps the targets and weights the server has for it now; taking a node out
   of a route is an explicit act (the inventory, the drain of a day-2 play), never the side effect of a failure.
@@ -441,3 +443,22 @@ def carrier_problems(found, answers):
             problems.append("route %s: no other target can serve it while this node is drained: %s"
                             % (route["name"], "; ".join(why) or "it has no other target"))
     return problems
+
+
+# -- route targets by model name ----------------------------------------------------------------------------------
+
+def target_model(target, names_by_id):
+    """The model a route target sends to, by name: the cluster model's name, ``provider:<id>`` for an external
+    provider's target, ``model-id:<id>`` for a model id GPUStack does not have (a target left behind)."""
+    model_id = target.get("model_id")
+    if model_id is None:
+        return "provider:%s" % target.get("provider_id")
+    return names_by_id.get(model_id, "model-id:%s" % model_id)
+
+
+def named_targets(targets, names_by_id):
+    """A route's model targets (external providers' left out), each {id, model, weight, fallback_status_codes}
+    with ``model`` by name (``target_model``), in the route's order."""
+    return [{"id": t.get("id"), "model": target_model(t, names_by_id), "weight": t.get("weight") or 0,
+             "fallback_status_codes": t.get("fallback_status_codes")}
+            for t in targets or [] if t.get("model_id") is not None]

@@ -188,6 +188,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     present_diff,
     reweighed_route_targets,
 )
+from ansible_collections.pairserve.llm.plugins.module_utils.routes import target_model
 
 
 def validate_targets(module, targets, fallback):
@@ -215,7 +216,7 @@ def view(targets, names_by_id):
     out = []
     for t in targets:
         codes = t.get("fallback_status_codes")
-        out.append({"model": names_by_id.get(t.get("model_id"), "provider:%s" % t.get("provider_id")),
+        out.append({"model": target_model(t, names_by_id),
                     "weight": t.get("weight", 0), "fallback_status_codes": sorted(codes) if codes else None})
     return sorted(out, key=lambda t: t["model"])
 

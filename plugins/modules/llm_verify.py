@@ -293,7 +293,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils import vllm_log
 from ansible_collections.pairserve.llm.plugins.module_utils._openai_client import Client
 from ansible_collections.pairserve.llm.plugins.module_utils._openai_prompts import WEATHER_TOOL
 from ansible_collections.pairserve.llm.plugins.module_utils._verify_checks import run_checks
-from ansible_collections.pairserve.llm.plugins.module_utils._verify_diagnosis import diagnosis, reach_urls
+from ansible_collections.pairserve.llm.plugins.module_utils._verify_diagnosis import diagnosis, probes, with_reach
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 
 DEFAULT_TEXT_PROMPT = [{"role": "user", "content": "Say the verification phrase."}]
@@ -316,19 +316,17 @@ def _instance_logs(module, client, instances, tail):
 
 def _reachability(gp_client, instances, timeout=5):
     """Each instance with ``reach``: whether its worker's /healthz and the replica's /health answer from here (the
-    Ansible controller, which the node firewall lets through), the node-first part of a failure's diagnosis."""
+    Ansible controller, which the node firewall lets through), the node-first part of a failure's diagnosis. What
+    to ask and how an answer reads are _verify_diagnosis's (probes, with_reach), as for the verify role's check."""
     resp = gp_client.request("%s/v2/workers?page=1&perPage=100" % gp_client.base_url, timeout=30)
     workers = resp.body.get("items", []) if resp.ok and isinstance(resp.body, dict) else []
-    out = []
-    for inst in instances:
-        reach = {}
-        for kind, url in reach_urls(inst, workers).items():
-            if url:
-                got = Client(url, None, timeout, validate_certs=False).request(url, timeout=timeout)
-                reach[kind] = {"url": url, "ok": got.ok,
-                               "error": got.error or "HTTP %s" % got.status}
-        out.append(dict(inst, reach=reach))
-    return out
+    answers = {}
+    for probe in probes(instances, workers):
+        url = probe["url"]
+        if url not in answers:
+            got = Client(url, None, timeout, validate_certs=False).request(url, timeout=timeout)
+            answers[url] = (got.status, got.error)
+    return with_reach(instances, workers, answers)
 
 
 def _boot_facts(module, gp_client, instances):

@@ -46,4 +46,4 @@ def skip_unless_all_steps(scenario_dir: Path, what: str) -> None:
     steps = (scenario_dir / "steps").read_text().strip()
     if steps != "all":
         pytest.skip(f"{what}: not run by this lab run (PAIRSERVE_LAB_DAY2_STEPS={steps}, the default of "
-                    "`scripts/lab.sh test`; `scripts/lab.sh upgrade|swap` and `make molecule` run it)")
+                    "`scripts/lab.sh test`; `scripts/lab.sh upgrade|hardware_swap` and `make molecule` run it)")

@@ -71,7 +71,7 @@ class TaskResults:
               task_file: str | None = None, task: str | None = None, status: str | None = None,
               changed: bool | None = None) -> list[dict]:
         """The records that match every criterion given: `action` and `role` short or FQCN; `task_file` the end
-        of the task's file path (`tasks/rebuild.yml`, `maintenance/handlers/main.yml`); `task` the task's name
+        of the task's file path (`tasks/weights.yml`, `rebuild/handlers/main.yml`); `task` the task's name
         (prefer action and role: names are for people); `changed` the result's changed flag."""
         found = []
         for record in self.records:

@@ -1,4 +1,4 @@
-"""A/B arms booted through GPUStack on the lab (scripts/lab.sh arms, molecule/bench_arms's side effect), judged
+"""A/B arms booted through GPUStack on the lab (scripts/lab.sh bench_arms, molecule/bench_arms's side effect), judged
 afterwards from what the runs left under .lab/bench_arms/:
 
 1. playbooks/bench.yml --check: says what it would boot on node-b, drains and registers nothing;

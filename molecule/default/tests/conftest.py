@@ -1,8 +1,4 @@
-"""The lab suites import the lab's API (lab/api.py) and their shared helpers from tests/support (lab_suite.py)."""
+"""molecule/default's fixtures: the outsider (a host outside the site, for the firewall's tests). The import path is
+molecule/conftest.py's."""
 
-import sys
-from pathlib import Path
-
-sys.path[:0] = [str(Path(__file__).resolve().parents[3]), str(Path(__file__).resolve().parents[3] / "tests")]
-
-from support.lab_outsider import outsider  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
+from support.lab_outsider import outsider  # noqa: F401  pylint: disable=unused-import

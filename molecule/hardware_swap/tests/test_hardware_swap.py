@@ -1,4 +1,4 @@
-"""The hardware-swap scenario on the lab (scripts/lab.sh swap, molecule/hardware_swap's side effect), judged
+"""The hardware-swap scenario on the lab (scripts/lab.sh hardware_swap, molecule/hardware_swap's side effect), judged
 afterwards: node-b's cards became 2x RTX 4090 (24 GiB) and `rebuild_node.yml --limit node-b` ran twice.
 
 - GPUStack's worker node-b shows the new cards; the replica qwen-node-b runs on them, started after the swap;
@@ -44,9 +44,9 @@ def test_the_rebuild_found_the_new_cards_and_succeeded():
     decision = rebuild_decision(run)
     assert decision["cards_changed"] is True and decision["work"] is True, decision
     assert [g[1] for g in decision["detected_gpus"]] == [d["Name"] for d in NEW], decision["detected_gpus"]
-    # The worker was restarted to see the new cards (the maintenance role's handler, systemd on the lab's nodes).
+    # The worker was restarted to see the new cards (the rebuild role's handler, systemd on the lab's nodes).
     restarts = [module_args(r)
-                for r in run.where(host="node-b", action="ansible.builtin.systemd_service", role="maintenance",
+                for r in run.where(host="node-b", action="ansible.builtin.systemd_service", role="rebuild",
                                    changed=True)]
     assert [(a.get("name"), a.get("state")) for a in restarts] == [("gpustack-worker", "restarted")], restarts
     # The other node's replica was not touched: the role's own before/after views of the other replicas.
@@ -118,7 +118,7 @@ def test_a_reinstalled_node_rejoins_without_a_ghost_worker(keys):
     stale = rebuild_decision(run)["stale_workers"]
     assert [w["id"] for w in stale] == [old_worker], stale
     # ... and the rebuild removed that record (the role's gpustack_remove of the worker, changed).
-    removals = [r for r in run.where(host="node-b", action="pairserve.llm.gpustack_remove", role="maintenance")
+    removals = [r for r in run.where(host="node-b", action="pairserve.llm.gpustack_remove", role="rebuild")
                 if module_args(r).get("kind") == "worker"]
     assert [w["id"] for r in removals for w in r.get("removed", [])] == [old_worker], removals
     # The management key never shows in a task's arguments (the module's api_key is no_log).

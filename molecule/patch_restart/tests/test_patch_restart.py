@@ -1,4 +1,4 @@
-"""The drained restart after a tokenizer patch, on the lab (scripts/lab.sh patchrestart, molecule/patch_restart's
+"""The drained restart after a tokenizer patch, on the lab (scripts/lab.sh patch_restart, molecule/patch_restart's
 side effect): judged from the converge's task results (the pairserve_results callback's JSON lines), the request
 loop's summary, GPUStack's instances before and after, and the nodes themselves.
 

@@ -1,4 +1,4 @@
-"""The controller's queue-aware weights on the lab (scripts/lab.sh weights, molecule/queue_weights's side
+"""The controller's queue-aware weights on the lab (scripts/lab.sh queue_weights, molecule/queue_weights's side
 effect), judged afterwards from what the demonstration recorded and from GPUStack and node-a now.
 """
 

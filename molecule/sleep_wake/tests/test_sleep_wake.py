@@ -1,4 +1,4 @@
-"""The controller's sleep -> request -> wake on the lab (scripts/lab.sh sleepwake, molecule/sleep_wake's side
+"""The controller's sleep -> request -> wake on the lab (scripts/lab.sh sleep_wake, molecule/sleep_wake's side
 effect), judged afterwards from what the demonstration recorded and from GPUStack and node-a now.
 """
 

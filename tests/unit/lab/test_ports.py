@@ -11,7 +11,7 @@ from lab import ports
 
 def test_ports_come_from_the_band_below_the_ephemeral_range_and_can_be_bound():
     high = ports.ephemeral_start()
-    for _ in range(50):
+    for _draw in range(50):
         port = ports.free_port()
         assert max(1024, high - ports.BAND) <= port < high
         with socket.socket() as sock:

@@ -17,11 +17,12 @@ from lab.ansible_runner import REPO
 PLAYBOOKS = REPO / "playbooks"
 ROUTE_TASKS = REPO / "roles" / "route" / "tasks" / "scrape_targets.yml"
 
-# The entry points after which a node's replicas run as new GPUStack instances (roles maintenance and bench).
+# The entry points after which a node's replicas run as new GPUStack instances (roles maintenance, upgrade, rebuild
+# and bench).
 RESTARTS = {
     ("pairserve.llm.maintenance", "maintenance"),
-    ("pairserve.llm.maintenance", "upgrade_node"),
-    ("pairserve.llm.maintenance", "rebuild"),
+    ("pairserve.llm.upgrade", "node"),
+    ("pairserve.llm.rebuild", "main"),
     ("pairserve.llm.maintenance", "worker_restart"),
     ("pairserve.llm.bench", "node_arm"),
 }

@@ -271,7 +271,7 @@ def test_the_check_plays_of_control_plane_stop_every_host_on_one_failure():
 
 # -- one GPU in at most one replica across hosts ---------------------------------------------------------------------
 
-from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import gpu_conflicts  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import gpu_conflicts, ready_worker_gpus  # noqa: E402
 from lab.ansible_runner import run_playbook  # noqa: E402
 
 
@@ -360,6 +360,17 @@ def test_the_rebuild_check_counts_only_the_other_ready_workers_gpus(tmp_path):
     assert "node-b: pairserve_gpu: GPU-b2 is in its pair 0 and a GPU of GPUStack worker node-a" in msg, msg
 
 
+def test_only_the_other_ready_workers_gpus_with_a_uuid_count():
+    view = {"workers": [{"name": "node-a", "state": "ready"}, {"name": "node-b", "state": "ready"},
+                        {"name": "node-c", "state": "unreachable"}],
+            "gpus": [{"worker_name": "node-a", "uuid": "GPU-a1"}, {"worker_name": "node-a", "uuid": ""},
+                     {"worker_name": "node-a", "uuid": "GPU-a2"}, {"worker_name": "node-b", "uuid": "GPU-b1"},
+                     {"worker_name": "node-c", "uuid": "GPU-c1"}]}
+    assert ready_worker_gpus(view, "node-b") == {"node-a": ["GPU-a1", "GPU-a2"]}
+    assert ready_worker_gpus(view) == {"node-a": ["GPU-a1", "GPU-a2"], "node-b": ["GPU-b1"]}
+    assert ready_worker_gpus({}) == {} and ready_worker_gpus(None, "node-b") == {}
+
+
 def _index(tasks, predicate, what, first=False):
     found = [i for i, task in enumerate(tasks) if predicate(task)]
     assert len(found) == 1 or (first and found), "%s: %d matching task(s)" % (what, len(found))
@@ -384,10 +395,10 @@ def test_the_gpu_conflict_check_runs_after_detection_and_before_any_change():
     assert _index(tasks, lambda t: "pairserve.llm.gpu_pairs" in t, "gpu_pairs") < check
     assert play.get("any_errors_fatal") is True  # and it is before the install (the test above)
 
-    rebuild = yaml.safe_load((REPO / "roles" / "maintenance" / "tasks" / "rebuild.yml").read_text())
-    check = _index(rebuild, _includes("preflight:gpu_conflicts"), "the maintenance role's rebuild")
-    assert _index(rebuild, _includes("detect.yml"), "detect") < check
-    assert _index(rebuild, _includes("view.yml"), "view", first=True) < check
+    rebuild = yaml.safe_load((REPO / "roles" / "rebuild" / "tasks" / "main.yml").read_text())
+    check = _index(rebuild, _includes("preflight:gpu_conflicts"), "the rebuild role")
+    assert _index(rebuild, _includes("maintenance:detect"), "detect") < check
+    assert _index(rebuild, _includes("maintenance:view"), "view", first=True) < check
     assert rebuild[check]["vars"]["pairserve_gpu_conflicts_gpustack"] == "{{ _pairserve_maintenance_info }}"
     first_change = _index(rebuild, lambda t: "block" in t, "the rebuild block")
     assert check < _index(rebuild, lambda t: t["name"].startswith("Render and check the replica"), "render") \

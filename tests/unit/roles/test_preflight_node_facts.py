@@ -75,7 +75,6 @@ def test_the_rule():
     assert "another PID namespace" in found[1]["problem"]
 
 
-
 def _preflight_ports(tmp_path, port):
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": {"node-x": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,

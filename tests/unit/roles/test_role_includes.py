@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[3]
 PREFIX = "pairserve.llm."
 INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role")
 
+
 def _walk(node, found: set) -> None:
     if isinstance(node, dict):
         for key in INCLUDES:
@@ -109,7 +110,7 @@ def test_the_rebuild_measures_again_from_its_playbook_not_from_the_maintenance_r
     plays = yaml.safe_load((REPO / "playbooks" / "rebuild_node.yml").read_text(encoding="utf-8"))
     tasks = plays[0]["tasks"]
     names = [(t.get("ansible.builtin.include_role") or {}).get("name") for t in tasks]
-    assert names.index("pairserve.llm.maintenance") < names.index("pairserve.llm.bench"), names
+    assert names.index("pairserve.llm.rebuild") < names.index("pairserve.llm.bench"), names
 
 
 def _role_tasks(playbook: str, hosts: str) -> list:
@@ -128,4 +129,18 @@ def test_the_plays_that_install_or_upgrade_the_server_list_its_backups_after_it(
     names = _role_tasks("control_plane.yml", "gpustack_server")
     assert names.index("pairserve.llm.gpustack_server") < names.index("pairserve.llm.server_backup"), names
     names = _role_tasks("upgrade.yml", "gpustack_server")
-    assert names.index("pairserve.llm.maintenance") < names.index("pairserve.llm.server_backup"), names
+    assert names.index("pairserve.llm.upgrade") < names.index("pairserve.llm.server_backup"), names
+
+
+def test_the_flows_are_roles_that_the_playbooks_list_and_maintenance_includes_no_product_role():
+    # The maintenance role was a hub: its upgrade and rebuild flows included nine other roles. They are roles of
+    # their own now, listed by upgrade.yml and rebuild_node.yml, built on maintenance's steps; what maintenance still
+    # includes serves its own flows (maintenance.yml's identity check and verify, serve.yml's drained restart).
+    edges = graph()
+    assert {"maintenance"} <= edges["upgrade"] and {"maintenance"} <= edges["rebuild"], edges
+    assert not edges["maintenance"] & {"gpustack_server", "runner_image", "preflight", "bench", "upgrade",
+                                       "rebuild"}, edges["maintenance"]
+    plays = {p["name"]: p for p in yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text(encoding="utf-8"))}
+    calls = [(t.get("ansible.builtin.include_role") or {}) for play in plays.values() for t in play["tasks"]]
+    assert [(c.get("name"), c.get("tasks_from")) for c in calls if c.get("name") == "pairserve.llm.upgrade"] == [
+        ("pairserve.llm.upgrade", "server"), ("pairserve.llm.upgrade", "node")]

@@ -113,3 +113,14 @@ def test_the_wait_names_the_node_of_each_instance_that_does_not_run_first(tmp_pa
                           "the server. Not every replica is running after 1 s."), msg
     assert "Instance qwen-node-a-x (qwen-node-a) on node-a is running." in msg, msg
     assert "[node-a]" not in msg, msg
+
+
+def test_a_negative_reach_grace_is_refused_before_any_request(tmp_path):
+    res = run_local_play(tmp_path, "preflight", [{"name": "Preflight", "ansible.builtin.include_role": {
+        "name": "pairserve.llm.verify", "tasks_from": "preflight"}}], {
+        "pairserve_verify_api_url": "http://127.0.0.1:9", "pairserve_verify_reach_grace": -5,
+        "pairserve_verify_routes": [{"name": "qwen", "models": ["qwen-node-a"], "max_model_len": 4096}]})
+    assert res.rc != 0, res.stdout[-3000:]
+    msg = res.result["msg"]
+    assert msg.startswith("localhost: verify needs"), msg
+    assert "pairserve_verify_reach_grace >= 0" in msg and "reach grace -5 s" in msg, msg

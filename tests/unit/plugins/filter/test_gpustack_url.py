@@ -9,8 +9,10 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.pairserve.llm.plugins.filter.gpustack_url import SERVER_DEFAULTS, gpustack_server, gpustack_url
-from lab.ansible_runner import run_playbook
+from ansible_collections.pairserve.llm.plugins.filter.gpustack_url import gpustack_server, gpustack_url
+from lab.ansible_runner import REPO, run_playbook
+
+SERVER_DEFAULTS = REPO / "roles" / "gpustack_server" / "defaults" / "main.yml"  # the ports' one owner
 
 
 @pytest.mark.parametrize("args,url", [

@@ -173,7 +173,7 @@ def test_bad_settings_are_refused():
 
 
 def test_the_upgrade_plays_steps_measure_report_and_leave_nothing(tmp_path):
-    """maintenance's downtime_start / downtime_report, as upgrade_server runs them around the server role."""
+    """Role upgrade's downtime_start / downtime_report, as its entry point server runs them around the server role."""
     server = serve()
     port = server.server_address[1]
     stop, outage_done, async_dir = tmp_path / "stop", tmp_path / "outage-done", tmp_path / "async"
@@ -182,11 +182,11 @@ def test_the_upgrade_plays_steps_measure_report_and_leave_nothing(tmp_path):
                  "pairserve_upgrade_downtime_interval": 0.2, "ansible_async_dir": str(async_dir)}
     box = {}
     thread = threading.Thread(target=lambda: box.update(res=run_local_play(tmp_path, "Downtime", [
-        {"name": "Start", "ansible.builtin.include_role": {"name": "pairserve.llm.maintenance",
+        {"name": "Start", "ansible.builtin.include_role": {"name": "pairserve.llm.upgrade",
                                                            "tasks_from": "downtime_start"}},
         # the server role's restart, played by the test below
         {"name": "Restart", "ansible.builtin.wait_for": {"path": str(outage_done), "timeout": 60}},
-        {"name": "Report", "ansible.builtin.include_role": {"name": "pairserve.llm.maintenance",
+        {"name": "Report", "ansible.builtin.include_role": {"name": "pairserve.llm.upgrade",
                                                             "tasks_from": "downtime_report"}},
     ], play_vars, timeout=180, server=True)))
     thread.start()
