@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A role's defaults as its ``defaults/main.yml`` has them: the one way a play, a filter or another role reads a
-default it does not own (role defaults are not in ``hostvars``, and a second copy of a value drifts).
+default it does not own (role defaults are not in ``hostvars``, and a second copy of a value drifts); and which
+role owns a variable's default (``owner_default``, for lookup pairserve.llm.setting).
 
 Controller side only (filters): the collection ships its roles beside its plugins. Values are returned as written:
 a default that is a Jinja expression stays a string, and the callers that need literal values select them.
@@ -60,3 +61,24 @@ def role_defaults(role: str, names=None) -> dict:
     if missing:
         raise RoleDefaultsError("role %s has no default %s" % (short, ", ".join(sorted(missing))))
     return {n: data[n] for n in names}
+
+
+def roles_with_defaults() -> list:
+    """The collection's roles that have a defaults file, by name."""
+    return sorted(p.name for p in ROLES.iterdir() if (p / "defaults" / "main.yml").is_file())
+
+
+def owner_default(name: str):
+    """(roles, value): the roles whose defaults define variable NAME and its default there. A variable several roles
+    define (a role that uses it throughout keeps its own copy) must have the same default in each; a default that
+    differs between them, or no role defining it, is an error naming them."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise RoleDefaultsError("%r is not a variable name" % (name,))
+    found = [(role, _read(role)[name]) for role in roles_with_defaults() if name in _read(role)]
+    if not found:
+        raise RoleDefaultsError("no role of this collection has a default for %s: set it in the inventory" % name)
+    values = set(repr(value) for _role, value in found)
+    if len(values) > 1:
+        raise RoleDefaultsError("the roles that define %s disagree on its default: %s" % (
+            name, ", ".join("%s %r" % (role, value) for role, value in found)))
+    return [role for role, _value in found], found[0][1]

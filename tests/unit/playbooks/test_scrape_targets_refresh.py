@@ -36,7 +36,7 @@ DAY2 = {
     ("rotate.yml", "The workers trust the server's CA first"),
     ("bench.yml", "Boot, check, measure and restore one A/B arm at a time"),
 }
-WHEN_SET = "pairserve_metrics_targets_file | default('') | length > 0"
+WHEN_SET = "lookup('pairserve.llm.setting', 'pairserve_metrics_targets_file') | length > 0"
 
 
 def _role_call(task):
