@@ -303,17 +303,20 @@ day2_upgrade() {
   fi
   echo "=== lab upgrade: a vLLM pin without a runner image (expected to fail before anything changes)"
   play "$dir/bad-pin.log" "$dir/bad-pin.rc" playbooks/upgrade.yml \
-    -e '{"pairserve_vllm_version": "0.99.0", "pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.99.0"}'
+    -e '{"pairserve_vllm_version": "0.99.0", "pairserve_runner_image": "localhost/pairserve-vllm-cpu:0.99.0",
+         "pairserve_runner_image_digest": ""}'
   echo "$day2_steps" >"$dir/steps"
   if [ "$day2_steps" = all ]; then
     # A runner image that exists but cannot serve (the pause image under another name): the replica is drained,
-    # registered with it, rolled out, fails verification, and is put back exactly as it was.
+    # registered with it, rolled out, fails verification, and is put back exactly as it was. A local image, by name
+    # (no digest: the previous pins' digest in upgrade_pins.yml is the registry image's, not this one's).
     lab_podman tag localhost/pairserve-runtime:pause localhost/pairserve-vllm-cpu:broken
     # the same image in the Docker engine node-b deploys through
     lab_podman save localhost/pairserve-vllm-cpu:broken | lab_docker load >/dev/null
     echo "=== lab upgrade: a runner image that cannot serve (expected: drained, verified, rolled back)"
     play "$dir/broken-image.log" "$dir/broken-image.rc" playbooks/upgrade.yml \
-      -e '{"pairserve_runner_image": "localhost/pairserve-vllm-cpu:broken", "pairserve_verify_wait_timeout": 150}'
+      -e '{"pairserve_runner_image": "localhost/pairserve-vllm-cpu:broken", "pairserve_runner_image_digest": "",
+           "pairserve_verify_wait_timeout": 150}'
     lab_podman rmi localhost/pairserve-vllm-cpu:broken >/dev/null || true
     lab_docker rmi localhost/pairserve-vllm-cpu:broken >/dev/null 2>&1 || true
   fi

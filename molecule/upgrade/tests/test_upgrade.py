@@ -341,4 +341,7 @@ def test_the_lab_pins_files_hold_the_new_pins():
     ran("upgrade-1", "the new pins")
     pins = (INVENTORY / "group_vars" / "all" / "lab_hub.yml").read_text()
     assert HUB["next_revision"] in pins
-    assert yaml.safe_load((INVENTORY / "group_vars" / "all" / "upgrade_pins.yml").read_text()) == NEXT
+    # next.yml's pins, with the digest the lab registry gave the next vLLM's image (scripts/lab.sh use_pins)
+    digest = (STATE / f"runner-{NEXT['pairserve_vllm_version']}.digest").read_text().strip()
+    assert yaml.safe_load((INVENTORY / "group_vars" / "all" / "upgrade_pins.yml").read_text()) == dict(
+        NEXT, pairserve_runner_image_digest=digest)
