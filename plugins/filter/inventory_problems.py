@@ -14,6 +14,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check impo
     VAULTED_VARS,
     VIEW_VARS,
     controller_problems as _controller_problems,
+    verify_problems as _verify_problems,
     gpu_conflicts,
     problems,
     ready_worker_gpus,
@@ -59,6 +60,14 @@ def controller_problems(view, host, nodes):
     return list(_controller_problems(host, view, list(nodes)))
 
 
+def verify_problems(view, host):
+    """The verify role's timing problems on ``host`` (documented in verify_problems.yml)."""
+    if not isinstance(view, dict):
+        raise AnsibleFilterError("pairserve.llm.verify_problems: expected the verify role's variables as a dict, got %s"
+                                 % type(view).__name__)
+    return list(_verify_problems(host, view))
+
+
 def inventory_check_vars(_input):
     """The names a host's view holds (documented in inventory_check_vars.yml)."""
     return {"vars": list(VIEW_VARS), "secrets": list(SECRET_VARS), "vaulted": list(VAULTED_VARS),
@@ -89,4 +98,5 @@ class FilterModule:  # pylint: disable=too-few-public-methods
     def filters(self):
         return {"inventory_problems": inventory_problems, "inventory_check_vars": inventory_check_vars,
                 "inventory_report": inventory_report, "secret_state": secret_state,
-                "controller_problems": controller_problems, "gpu_uuid_conflicts": gpu_uuid_conflicts}
+                "controller_problems": controller_problems, "gpu_uuid_conflicts": gpu_uuid_conflicts,
+                "verify_problems": verify_problems}

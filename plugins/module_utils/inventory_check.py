@@ -36,6 +36,10 @@ from ansible_collections.pairserve.llm.plugins.module_utils.vllm_args import (
     render,
 )
 
+# The verify role's timings (verify runs last, from the server host: a bad value would fail only after everything
+# is installed; playbooks/validate.yml reads the verify role's defaults for them, its preflight checks them again).
+VERIFY_TIMINGS = ("pairserve_verify_wait_timeout", "pairserve_verify_poll_interval", "pairserve_verify_reach_grace",
+                  "pairserve_verify_request_timeout")
 # The variables a view carries (playbooks/validate.yml builds it from this list).
 VIEW_VARS = host_identity.VARIABLES + (
     "pairserve_lab_mode", "pairserve_gpustack_version", "pairserve_vllm_version", "pairserve_runner_image",
@@ -59,7 +63,7 @@ VIEW_VARS = host_identity.VARIABLES + (
     "pairserve_controller_sleep_replica", "pairserve_controller_min_weight", "pairserve_controller_max_weight",
     "pairserve_controller_min_change", "pairserve_controller_interval", "pairserve_controller_hold",
     "pairserve_controller_horizon", "pairserve_controller_model_name",
-)
+) + VERIFY_TIMINGS
 # Secrets: the view says only whether each is set (never its value), and the vault variable the example inventory
 # reads it from (docs/first-install.md, step 3 creates them).
 SECRET_VARS = ("pairserve_gpustack_admin_password", "pairserve_gpustack_db_password")
@@ -359,6 +363,7 @@ def problems(views, groups, constraints_versions=None):
         _check_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles, expected_pairs)
         _check_verify_routes(out, servers[0], views.get(servers[0]) or {}, nodes, profiles, expected_pairs)
         out.extend(controller_problems(servers[0], views.get(servers[0]) or {}, nodes))
+        out.extend(verify_problems(servers[0], views.get(servers[0]) or {}))
     return sorted(out, key=lambda p: (p["host"] != "all", p["host"], p["variable"]))
 
 
@@ -366,6 +371,43 @@ CONTROLLER_MODES = ("weights", "sleep", "both")
 # settings that must be a number above 0 (seconds), or 0 and above (weight points)
 CONTROLLER_POSITIVE = ("pairserve_controller_interval", "pairserve_controller_hold", "pairserve_controller_horizon")
 CONTROLLER_SPEEDS = ("prefill_tps", "decode_tps")
+
+
+def _whole(value):
+    """``value`` as an int when it is a whole number (or its string, as -e gives), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and re.match(r"^\s*-?\d+\s*$", value):
+        return int(value)
+    return value if isinstance(value, int) else None
+
+
+def verify_problems(host, view):
+    """The problems of the verify role's timings on ``host`` (the GPUStack server, where verify runs).
+
+    The wait for instances polls every pairserve_verify_poll_interval seconds (1 or more) for at most
+    pairserve_verify_wait_timeout (at least one poll); each replica is asked for pairserve_verify_reach_grace seconds
+    (0: once); one request waits at most pairserve_verify_request_timeout. The validation play checks them with the
+    rest of the inventory; the verify role's preflight checks the values it resolved (verify.yml alone)."""
+    out = Problems()
+    got = dict((var, _whole(view.get(var))) for var in VERIFY_TIMINGS)
+    poll, wait = got["pairserve_verify_poll_interval"], got["pairserve_verify_wait_timeout"]
+    if poll is None or poll < 1:
+        out.add(host, "pairserve_verify_poll_interval", "%r is not a whole number of seconds, 1 or more"
+                % (view.get("pairserve_verify_poll_interval"),))
+    if wait is None or (poll is not None and poll >= 1 and wait < poll):
+        out.add(host, "pairserve_verify_wait_timeout", "%r is not a whole number of seconds at least "
+                "pairserve_verify_poll_interval (%r): the wait for instances polls at least once"
+                % (view.get("pairserve_verify_wait_timeout"), view.get("pairserve_verify_poll_interval")))
+    grace = got["pairserve_verify_reach_grace"]
+    if grace is None or grace < 0:
+        out.add(host, "pairserve_verify_reach_grace", "%r is not a whole number of seconds, 0 or more (0 asks each "
+                "replica once)" % (view.get("pairserve_verify_reach_grace"),))
+    request = got["pairserve_verify_request_timeout"]
+    if request is None or request < 1:
+        out.add(host, "pairserve_verify_request_timeout", "%r is not a whole number of seconds, 1 or more"
+                % (view.get("pairserve_verify_request_timeout"),))
+    return out
 
 
 def _number(value):

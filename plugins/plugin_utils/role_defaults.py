@@ -65,7 +65,25 @@ def role_defaults(role: str, names=None) -> dict:
 
 def roles_with_defaults() -> list:
     """The collection's roles that have a defaults file, by name."""
-    return sorted(p.name for p in ROLES.iterdir() if (p / "defaults" / "main.yml").is_file())
+    return list(_owners()[0])
+
+
+@functools.lru_cache(maxsize=None)
+def _owners():
+    """(roles with defaults, {variable: ((role, default), ...)}): every role's defaults read once, for all lookups
+    of a run (a play asks for dozens of settings)."""
+    roles = tuple(sorted(p.name for p in ROLES.iterdir() if (p / "defaults" / "main.yml").is_file()))
+    index = {}
+    for role in roles:
+        for name, value in _read(role).items():
+            index.setdefault(name, []).append((role, value))
+    return roles, {name: tuple(found) for name, found in index.items()}
+
+
+def clear_cache() -> None:
+    """Forget what was read (tests that point ROLES elsewhere)."""
+    _read.cache_clear()
+    _owners.cache_clear()
 
 
 def owner_default(name: str):
@@ -74,7 +92,7 @@ def owner_default(name: str):
     differs between them, or no role defining it, is an error naming them."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise RoleDefaultsError("%r is not a variable name" % (name,))
-    found = [(role, _read(role)[name]) for role in roles_with_defaults() if name in _read(role)]
+    found = _owners()[1].get(name)
     if not found:
         raise RoleDefaultsError("no role of this collection has a default for %s: set it in the inventory" % name)
     values = set(repr(value) for _role, value in found)

@@ -38,6 +38,9 @@ GOOD_VIEW = {
     "pairserve_runtime_pause_image_digest": "sha256:" + "1" * 64,
     "pairserve_runtime_health_image": "docker.io/gpustack/runtime:health",
     "pairserve_runtime_health_image_digest": "sha256:" + "2" * 64,
+    # the verify role's timings, as its defaults have them
+    "pairserve_verify_wait_timeout": 900, "pairserve_verify_poll_interval": 15, "pairserve_verify_reach_grace": 10,
+    "pairserve_verify_request_timeout": 600,
 }
 
 

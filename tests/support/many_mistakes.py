@@ -17,7 +17,7 @@ EXPECTED = frozenset({
     ("node-a", "pairserve_replica_env"), ("node-a", "pairserve_gpustack_worker_port"),
     ("node-a", "pairserve_gpustack_tls_key"), ("node-a", "pairserve_bench_weights_file"),
     ("node-a", "pairserve_controller_sleep_replica"), ("node-a", "pairserve_runtime_pause_image_digest"),
-    ("node-a", "pairserve_runtime_health_image"), ("node-b", "pairserve_gpustack_worker_env"),
+    ("node-a", "pairserve_runtime_health_image"), ("node-a", "pairserve_verify_reach_grace"), ("node-b", "pairserve_gpustack_worker_env"),
     ("node-b", "pairserve_replica_profile"), ("node-b", "pairserve_gpustack_worker_metrics_port"),
     ("node-b", "pairserve_model_name"), ("node-c", "pairserve_profiles"), ("node-c", "pairserve_gpustack_worker_name"),
     ("node-c", "pairserve_firewall_allowed_sources"), ("node-c", "pairserve_gpustack_worker_service_port_range"),

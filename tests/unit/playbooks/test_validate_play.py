@@ -195,6 +195,24 @@ def test_each_controller_rule(changes, variable):
     assert ("node-a", variable) in check(**{**CONTROLLER_ON, **changes})
 
 
+@pytest.mark.parametrize("changes, variable", [
+    ({"node_a__pairserve_verify_reach_grace": -1}, "pairserve_verify_reach_grace"),
+    ({"node_a__pairserve_verify_reach_grace": "soon"}, "pairserve_verify_reach_grace"),
+    ({"node_a__pairserve_verify_poll_interval": 0}, "pairserve_verify_poll_interval"),
+    ({"node_a__pairserve_verify_wait_timeout": 10}, "pairserve_verify_wait_timeout"),  # shorter than one poll (15)
+    ({"node_a__pairserve_verify_wait_timeout": 1.5}, "pairserve_verify_wait_timeout"),
+    ({"node_a__pairserve_verify_request_timeout": 0}, "pairserve_verify_request_timeout"),
+])
+def test_each_verify_timing_rule(changes, variable):
+    assert check(**changes) == [("node-a", variable)]
+
+
+def test_verify_timings_given_on_the_command_line_are_read_as_numbers():
+    assert check(node_a__pairserve_verify_reach_grace="0", node_a__pairserve_verify_wait_timeout="15") == []
+    # verify runs from the server host: another host's timings are not its
+    assert check(node_b__pairserve_verify_reach_grace=-1) == []
+
+
 def test_a_replica_named_otherwise_is_accepted_with_its_host():
     renamed = _replicas({}, {"name": "qwen-gpu-2", "host": "node-b"})
     assert check(**{**CONTROLLER_ON, "node_a__pairserve_controller_replicas": renamed,

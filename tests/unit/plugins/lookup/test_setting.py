@@ -43,9 +43,26 @@ def test_disagreeing_defaults_are_named(monkeypatch, tmp_path):
         (tmp_path / role / "defaults").mkdir(parents=True)
         (tmp_path / role / "defaults" / "main.yml").write_text("pairserve_x: %d\n" % value)
     monkeypatch.setattr(role_defaults, "ROLES", tmp_path)
-    role_defaults._read.cache_clear()
+    role_defaults.clear_cache()
     try:
         with pytest.raises(role_defaults.RoleDefaultsError, match="disagree on its default: one 1, two 2"):
             role_defaults.owner_default("pairserve_x")
     finally:
-        role_defaults._read.cache_clear()
+        role_defaults.clear_cache()
+
+
+def test_the_roles_are_read_once_for_every_lookup(monkeypatch, tmp_path):
+    (tmp_path / "one" / "defaults").mkdir(parents=True)
+    (tmp_path / "one" / "defaults" / "main.yml").write_text("pairserve_x: 1\npairserve_y: 2\n")
+    monkeypatch.setattr(role_defaults, "ROLES", tmp_path)
+    role_defaults.clear_cache()
+    try:
+        assert role_defaults.owner_default("pairserve_x") == (["one"], 1)
+        # a role added after the first lookup is not seen: the roles were listed and read once
+        (tmp_path / "two" / "defaults").mkdir(parents=True)
+        (tmp_path / "two" / "defaults" / "main.yml").write_text("pairserve_z: 3\n")
+        assert role_defaults.owner_default("pairserve_y") == (["one"], 2)
+        with pytest.raises(role_defaults.RoleDefaultsError, match="no role of this collection has a default for pairserve_z"):
+            role_defaults.owner_default("pairserve_z")
+    finally:
+        role_defaults.clear_cache()
