@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +134,7 @@ class VllmServer:
     env: dict
     log_path: Path
     proc: subprocess.Popen | None = None
+    rpc_dir: Path | None = None
     boot_seconds: float = 0.0
     peak_rss_mib: float = 0.0
     warnings: list = field(default_factory=list)
@@ -154,6 +157,10 @@ class VllmServer:
 
     def start(self, timeout: float = BOOT_TIMEOUT_S) -> "VllmServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # vLLM's ZMQ sockets go to a directory of this server's (its default is /tmp itself, where a killed engine
+        # leaves one socket per start); short, as a socket path has at most 107 bytes; removed by stop().
+        self.rpc_dir = Path(tempfile.mkdtemp(prefix="vllm-rpc-"))
+        self.env = dict(self.env, VLLM_RPC_BASE_PATH=str(self.rpc_dir))
         started = time.monotonic()
         with self.log_path.open("wb") as log:
             # A session of its own: stop() signals exactly this group, nothing another test started.
@@ -182,6 +189,14 @@ class VllmServer:
 
     def stop(self, grace: float = 20) -> None:
         """SIGTERM, wait; SIGTERM again (ignored while starting); then SIGKILL. Only our own process group."""
+        try:
+            self._stop(grace)
+        finally:
+            if self.rpc_dir is not None and (self.proc is None or not _group_alive(self.proc.pid)):
+                shutil.rmtree(self.rpc_dir, ignore_errors=True)
+                self.rpc_dir = None
+
+    def _stop(self, grace: float) -> None:
         if self.proc is None or (self.proc.poll() is not None and not _group_alive(self.proc.pid)):
             return
         pgid = self.proc.pid

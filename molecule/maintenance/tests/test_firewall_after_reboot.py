@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from lab.api import STATE
 # The outsider fixture, and the firewall checks collected again here, after the reboot.
 from support.lab_outsider import outsider  # noqa: F401  pylint: disable=unused-import
+from support.scripts import load
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "default" / "tests"))
-# pylint: disable=wrong-import-position,unused-import
-from test_firewall import (  # noqa: E402,F401
-    keys, test_an_outsider_is_refused_at_the_replica_and_the_worker_ports, test_each_node_has_its_table_loaded_by_its_unit,
-    test_the_outsider_is_refused_at_the_plain_api_port, test_the_outsider_is_served_through_the_route_with_a_key)
+_DEFAULT = load(Path(__file__).resolve().parents[2] / "default" / "tests" / "test_firewall.py", "default_test_firewall")
+keys = _DEFAULT.keys  # the fixture those checks take
+test_an_outsider_is_refused_at_the_replica_and_the_worker_ports = _DEFAULT.test_an_outsider_is_refused_at_the_replica_and_the_worker_ports
+test_each_node_has_its_table_loaded_by_its_unit = _DEFAULT.test_each_node_has_its_table_loaded_by_its_unit
+test_the_outsider_is_refused_at_the_plain_api_port = _DEFAULT.test_the_outsider_is_refused_at_the_plain_api_port
+test_the_outsider_is_served_through_the_route_with_a_key = _DEFAULT.test_the_outsider_is_served_through_the_route_with_a_key
 
 DIR = STATE / "maintenance"
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import urllib.request
 
 import pytest
 import testinfra
 import yaml
 
+from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import pinned_backend_version
 from lab import pins
 from lab.api import API, REPO, ROUTE, STATE, WEIGHTS, call, items, read_keys, route_weights
 from support.lab_suite import load_summary, rc, results, skip_unless_all_steps
@@ -35,8 +35,6 @@ DIR = STATE / "upgrade"
 HUB = json.loads((STATE / "hub.json").read_text()) if (STATE / "hub.json").exists() else {}
 INVENTORY = REPO / "inventory" / "lab"
 PREV, NEXT = pins.PREVIOUS, pins.NEXT  # inventory/lab/upgrade/{previous,next}.yml
-sys.path.insert(0, str(REPO / ".cache" / "collections"))
-from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import pinned_backend_version  # noqa: E402
 
 
 def runner_image(step_pins) -> str:

@@ -5,7 +5,6 @@ give the table's entry, and GPUStack's own password check must agree with the co
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,10 @@ from ansible_collections.pairserve.llm.plugins.module_utils import gpustack_voca
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack_vocabulary_table import VOCABULARY
 from lab import pins
 from support.gpustack_server import ensure_venv
+from support.scripts import load
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import gpustack_vocabulary as generator  # noqa: E402  pylint: disable=wrong-import-position,import-error
+generator = load(REPO / "scripts" / "gpustack_vocabulary.py", "gpustack_vocabulary_generator")
 
 pytestmark = pytest.mark.slow
 

@@ -11,20 +11,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / ".cache" / "collections"))
-sys.path.insert(0, str(REPO / "tests"))
+from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va
+from lab import pins
+from lab.profile import lab_profile
+from lab.vllm_server import vllm_python
 
-from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va  # noqa: E402
-from lab import pins  # noqa: E402
-from lab.profile import lab_profile  # noqa: E402
-from lab.vllm_server import vllm_python  # noqa: E402
+REPO = Path(__file__).resolve().parents[3]
+
 
 pytestmark = pytest.mark.slow
 

@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / ".cache" / "collections"))
+from ansible_collections.pairserve.llm.plugins.module_utils.vllm_vocabulary_table import VOCABULARY
+from lab import pins
 
-from ansible_collections.pairserve.llm.plugins.module_utils.vllm_vocabulary_table import VOCABULARY  # noqa: E402
-from lab import pins  # noqa: E402
+REPO = Path(__file__).resolve().parents[3]
+
 
 pytestmark = pytest.mark.slow
 

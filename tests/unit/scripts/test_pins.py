@@ -8,20 +8,17 @@ the option defaults the plugins' documentation must spell out) is held to the ex
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[3]
-if str(REPO / ".cache" / "collections") not in sys.path:
-    sys.path.insert(0, str(REPO / ".cache" / "collections"))
+from ansible_collections.pairserve.llm.plugins.filter import vllm_args as vllm_args_filter
+from ansible_collections.pairserve.llm.plugins.filter import vllm_profile_check
+from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va
+from lab import pins
 
-from ansible_collections.pairserve.llm.plugins.filter import vllm_args as vllm_args_filter  # noqa: E402
-from ansible_collections.pairserve.llm.plugins.filter import vllm_profile_check  # noqa: E402
-from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va  # noqa: E402
-from lab import pins  # noqa: E402
+REPO = Path(__file__).resolve().parents[3]
 
 VERSIONS = ("pairserve_gpustack_version", "pairserve_vllm_version")
 

@@ -6,14 +6,11 @@ tests/unit/plugins/module_utils/test__bench_arms.py."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils._bench_measure import compare  # noqa: E402
-from ansible_collections.pairserve.llm.plugins.module_utils._bench_report import render_summary_markdown, summarize  # noqa: E402
-from lab.ansible_runner import run_playbook  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils._bench_measure import compare
+from ansible_collections.pairserve.llm.plugins.module_utils._bench_report import render_summary_markdown, summarize
+from lab.ansible_runner import run_playbook
 
 
 def _m(decode, conc):

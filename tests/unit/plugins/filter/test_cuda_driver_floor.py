@@ -3,15 +3,10 @@ CUDA version its tag names, overridden by pairserve_preflight_driver_min_for_run
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils import cuda  # noqa: E402
-from lab.ansible_runner import run_local_play  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import cuda
+from lab.ansible_runner import run_local_play
 
 
 @pytest.mark.parametrize("image,version", [

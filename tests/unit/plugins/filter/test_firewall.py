@@ -18,10 +18,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils import firewall  # noqa: E402
-from lab.ansible_runner import REPO, run_local_play  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import firewall
+from lab.ansible_runner import REPO, run_local_play
 
 TEMPLATE = REPO / "roles" / "firewall" / "templates" / "pairserve-firewall.nft.j2"
 

@@ -5,14 +5,9 @@ point of the maintenance role decides with it, so each rule is pinned here witho
 from __future__ import annotations
 
 import copy
-import sys
-from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils import rebuild  # noqa: E402
-from lab.ansible_runner import run_local_play  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import rebuild
+from lab.ansible_runner import run_local_play
 
 MIB = 1048576
 GPUS = [{"index": 1, "uuid": "GPU-b", "name": "NVIDIA GeForce RTX 5080", "memory_total_mib": 16303,

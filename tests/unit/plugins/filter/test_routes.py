@@ -3,15 +3,10 @@ run through Ansible as the route role and the maintenance plays call them."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils import routes  # noqa: E402
-from lab.ansible_runner import run_local_play  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import routes
+from lab.ansible_runner import run_local_play
 
 SEED = {"node-a": [{"name": "qwen-node-a", "profile": "text"}], "node-b": [{"name": "qwen-node-b", "profile": "text"}]}
 

@@ -3,15 +3,10 @@ endpoint, running replicas of the collection's own models only, stable order, ad
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils import scrape_targets as st  # noqa: E402
-from lab.ansible_runner import run_local_play  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import scrape_targets as st
+from lab.ansible_runner import run_local_play
 
 SERVER = {"host": "node-a", "address": "192.0.2.10"}
 NODES = {"node-b": {"address": "192.0.2.11", "metrics_port": 10151},

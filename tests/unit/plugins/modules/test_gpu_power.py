@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import pynvml
 import pytest
 
 from support.nvml_recordings import derived_recording, play_over_recordings, replaying
+from support.scripts import load
 
 REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
@@ -266,11 +266,7 @@ def test_gpu_pairs_reads_the_first_sample_which_is_the_seed_figure(replay):
 
 
 def test_record_nvml_power_samples_round_trip_through_the_replay(replay, tmp_path):
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import record_nvml  # pylint: disable=import-outside-toplevel
-    finally:
-        sys.path.pop(0)
+    record_nvml = load(REPO / "scripts" / "record_nvml.py", "record_nvml")
     replay(NODE_A)
     out = tmp_path / "rerecorded.json"
     assert record_nvml.main(["-o", str(out), "--power-samples", "20", "--power-interval", "0.001",

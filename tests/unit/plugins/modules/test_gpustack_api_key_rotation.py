@@ -5,14 +5,10 @@ tests/integration/gpustack/test_rotation.py's."""
 from __future__ import annotations
 
 import datetime
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.modules import gpustack_api_key_rotation as rot  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.modules import gpustack_api_key_rotation as rot
 
 UTC = datetime.timezone.utc
 

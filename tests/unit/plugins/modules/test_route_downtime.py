@@ -5,17 +5,13 @@ down; a stop file ends a measurement that saw no gap; the loop's rules on their 
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from http.server import ThreadingHTTPServer
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils import downtime  # noqa: E402
-from lab.ansible_runner import run_local_play, run_module  # noqa: E402
-from support.local_http import QuietHandler, send_json  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import downtime
+from lab.ansible_runner import run_local_play, run_module
+from support.local_http import QuietHandler, send_json
 
 KEY = "sk-test-route-downtime"
 
