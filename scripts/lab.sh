@@ -397,6 +397,8 @@ PY
 day2_sleepwake() {
   local dir=$state/sleep_wake start=$SECONDS since
   mkdir -p "$dir"
+  # The controller's venv installs from its wheels (not part of `make lab`): built once.
+  bash scripts/build_controller_wheels.sh || return
   rm -f "$dir/demo.rc" "$dir/result.json"
   # The lab's settings: sleep after 30 s idle (not 30 min), look every 2 s, wake when node-a has 2 requests
   # waiting; the speeds are the lab's CPU replicas' (docs/lab.md: ~250 tok/s each at 4 sequences).
@@ -800,6 +802,8 @@ NFT
 day2_weights() {
   local dir=$state/queue_weights start=$SECONDS container results since
   mkdir -p "$dir"
+  # The controller's venv installs from its wheels (not part of `make lab`): built once.
+  bash scripts/build_controller_wheels.sh || return
   rm -rf "$dir/bench" "$dir/demo.rc" "$dir/result.json"
   # Replicas of different speed, as the seed's pairs are: node-b's replica container gets a fraction of its core
   # (cgroup CPU quota; the container is left as it is otherwise and gets its whole core back at the end). Half a
@@ -1271,8 +1275,9 @@ start() {  # everything before the first converge; molecule default's create ste
   # Built once per invocation: `test` runs start twice (before the fresh check mode and in up), and the caches may
   # have been freed in between (free_disk_for_lab).
   if [ "$built" -eq 0 ]; then
-    phase caches bash scripts/build_caches.sh || return
-    phase "replica image" build_replica_image "$vllm_version" || return
+    # Only what the lab serves (the wheelhouse, the node image, the tiny model, the replica image): the integration
+    # tier's venvs are not the lab's, and `make test` builds them itself.
+    phase caches bash scripts/build_caches.sh lab || return
     built=1
   fi
   phase "runtime stand-ins" build_runtime_stand_ins || return
@@ -1294,7 +1299,7 @@ up() {  # the main job: the lab serving through the route, verified; ends by pri
   phase "first converge" converge "$state/converge-1.log" || { local rc=$?; disk_report "after the failed converge"; return "$rc"; }
   lab_up_took=$((SECONDS - start))
   disk_report "after the first converge"
-  local k slowest="first converge" phases=(caches "replica image" "runtime stand-ins" "host services" registry
+  local k slowest="first converge" phases=(caches "runtime stand-ins" "host services" registry
     "GPU stand-ins" "worker tools" nodes "first converge")
   for k in "${phases[@]}"; do [ "${took[$k]}" -le "${took[$slowest]}" ] || slowest=$k; done
   cat <<REPORT
