@@ -11,7 +11,7 @@ import re
 from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args
 
 
-ARM_NAME = re.compile(r"^[\w.-]+$")
+ARM_NAME = re.compile(r"^[\w.-]+\Z")
 ARM_KEYS = ("name", "targets", "node", "replica")
 # What an arm booted through GPUStack may change on its node's replica: the profile keys of vllm_args (merged
 # over the node's own profile, so the arm differs from the baseline only where it says) and the replica's

@@ -55,7 +55,7 @@ def driver_floor(image, override=""):
     """{"cuda", "driver", "source"}: the floor from ``override`` (pairserve_preflight_driver_min_for_runner) when set,
     else from the CUDA version the image's tag names; refused when neither says."""
     if override:
-        if not re.match(r"^\d+(\.\d+){1,2}$", str(override)):
+        if not re.match(r"^\d+(\.\d+){1,2}\Z", str(override)):
             raise CudaError("pairserve_preflight_driver_min_for_runner",
                             "%r is not a driver version such as 575.51.03" % (override,))
         return {"cuda": cuda_of_image(image), "driver": str(override),

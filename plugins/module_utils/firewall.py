@@ -20,13 +20,13 @@ import ipaddress
 import re
 
 # An nftables table name (the lab runs one per node, since its nodes share the host's network).
-TABLE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-PORT_RANGE = re.compile(r"^(\d{1,5})-(\d{1,5})$")
+TABLE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}\Z")
+PORT_RANGE = re.compile(r"^(\d{1,5})-(\d{1,5})\Z")
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 # GPUStack 2.2.3's server metrics port (its ``metrics_port``; the collection leaves it at GPUStack's default).
 GPUSTACK_SERVER_METRICS_PORT = 10161
 # An interface name as nftables' iifname matches it: up to 15 characters (IFNAMSIZ), a trailing * a prefix.
-INTERFACE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}\*?$")
+INTERFACE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}\*?\Z")
 # ICMP that the network needs from anyone: errors (path MTU discovery), ping, IPv6 neighbour and router discovery
 # and multicast listener queries.
 ICMP_TYPES = ("destination-unreachable", "time-exceeded", "parameter-problem", "echo-request")

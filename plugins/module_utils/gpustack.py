@@ -422,7 +422,7 @@ def pinned_backend_version(version, image):
     the server and is rolled out, and the version still named by a rolled-back model keeps its own image.
     The name starts with the upstream version: GPUStack's version-gated arguments compare that part.
     """
-    if not version or not re.match(r"^[0-9]+(\.[0-9]+)+([.+_-]?[0-9A-Za-z]+)*$", version):
+    if not version or not re.match(r"^[0-9]+(\.[0-9]+)+([.+_-]?[0-9A-Za-z]+)*\Z", version):
         raise GpuStackError("backend version %r is not a version such as 0.25.1" % (version,))
     if version.endswith(BACKEND_VERSION_SUFFIX):
         raise GpuStackError("backend version %r already ends in %r: give the upstream version (e.g. 0.25.1)"

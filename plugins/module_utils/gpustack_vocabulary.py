@@ -39,7 +39,7 @@ def route_name_problems(version, name):
     """What a route name breaks of GPUStack ``version``'s own route name pattern (its route targets carry the name,
     and GPUStack refuses a target whose route name does not match)."""
     pattern = (VOCABULARY.get(str(version)) or {}).get("route_name_pattern")
-    if not pattern or not isinstance(name, str) or re.match(pattern, name):
+    if not pattern or not isinstance(name, str) or re.fullmatch(pattern, name):
         return []
     return ["route %r does not match GPUStack %s's route name pattern %s (start with a letter; letters, digits, '-', "
             "'_', '.' or ':'; end with a letter or digit): GPUStack would refuse the route's targets after the install"

@@ -37,8 +37,8 @@ import time
 
 from ansible_collections.pairserve.llm.plugins.module_utils import _files
 
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}\Z")
+REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 MANIFEST_FORMAT = 1
 HASH_CHUNK = 8 * 1024 * 1024  # streaming: memory stays flat whatever the shard size
 

@@ -76,10 +76,10 @@ VAULTED_VARS = SECRET_VARS + ("pairserve_gpustack_tls_key", "pairserve_hf_token"
 SERVER_VAULTED_VARS = SECRET_VARS + ("pairserve_gpustack_tls_key",)
 SECRETS_STEP = "docs/first-install.md, step 3"
 SERVING_MODES = ("pooled", "split")
-EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+EXACT_VERSION = re.compile(r"^\d+\.\d+\.\d+\Z")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 # GPUStack names: letters, digits and dashes (its model and worker names end up in URLs and container names).
-NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 
 
 # Where a copy of inventory/example sets each variable (tests/unit/docs keeps this table true to the example's files).
@@ -377,7 +377,7 @@ def _whole(value):
     """``value`` as an int when it is a whole number (or its string, as -e gives), else None."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, str) and re.match(r"^\s*-?\d+\s*$", value):
+    if isinstance(value, str) and re.match(r"^\s*-?\d+\s*\Z", value):
         return int(value)
     return value if isinstance(value, int) else None
 

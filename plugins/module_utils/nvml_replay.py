@@ -81,6 +81,9 @@ class ReplayLibrary:
         self._keep: list = []  # callbacks and strings must outlive every call
         self._symbols: dict = {}
         self._cursors: dict = {}  # (device index, series key) -> answers given so far
+        # Every error the recording answers with, named now: inside a call an unknown name could only become
+        # NVML_ERROR_UNKNOWN (an exception cannot cross the C callback), hiding the typo.
+        self._check_errors(recording)
         self._define()
         self._define_power()
 
@@ -106,6 +109,15 @@ class ReplayLibrary:
                 raise RecordingError(f"{self.path}: unknown NVML error name {name!r}")
             return self._codes[name]
         return None
+
+    def _check_errors(self, value):
+        if isinstance(value, dict):
+            self._error_of(value)
+            for item in value.values():
+                self._check_errors(item)
+        elif isinstance(value, list):
+            for item in value:
+                self._check_errors(item)
 
     def _export(self, name, argtypes, impl, restype=c_int):
         def call(*args):

@@ -22,7 +22,7 @@ def replica_name(model_name, host, pair=0):
 
 def pattern(model_name, host):
     """A regular expression (Python's and Jinja's ``match``) that ``host``'s replica names match, and no other."""
-    return r"^%s-%s(-p[0-9]+)?$" % (re.escape(str(model_name)), re.escape(str(host)))
+    return r"^%s-%s(-p[0-9]+)?\Z" % (re.escape(str(model_name)), re.escape(str(host)))
 
 
 def owned_by(name, model_name, host):

@@ -104,7 +104,7 @@ class VllmArgsError(ValueError):
 
 def version_tuple(version):
     """'0.25.1' -> (0, 25, 1); anything else is None."""
-    match = re.match(r"^(\d+)\.(\d+)\.(\d+)$", str(version or ""))
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)\Z", str(version or ""))
     return tuple(int(p) for p in match.groups()) if match else None
 
 
@@ -172,7 +172,7 @@ def _fp4_path(pair):
     capability = pair.get("compute_capability")
     if capability in (None, ""):
         return None
-    match = re.match(r"^(\d+)\.(\d+)$", str(capability))
+    match = re.match(r"^(\d+)\.(\d+)\Z", str(capability))
     if not match:
         _fail("pair facts: compute_capability must look like 12.0 (major.minor), got %r" % (capability,))
     # The same rule as gpu_pairs: Blackwell (>= 10.0) runs NVFP4 natively, Ampere/Ada/Hopper through Marlin's
@@ -288,7 +288,7 @@ def render(profile, version=DEFAULT_VERSION, checkpoint=None, pair=None, style="
         add("--gpu-memory-utilization", repr(float(util)) if isinstance(util, float) else str(util))
     kv_bytes = p["kv_cache_memory_bytes"]
     if kv_bytes is not None:
-        if isinstance(kv_bytes, bool) or not re.match(r"^\d+(\.\d+)?[KMGTkmgt]?i?$", str(kv_bytes)):
+        if isinstance(kv_bytes, bool) or not re.match(r"^\d+(\.\d+)?[KMGTkmgt]?i?\Z", str(kv_bytes)):
             _fail("profile %s: kv_cache_memory_bytes must be bytes as an integer or with a K/M/G suffix (64M), got %r" % (name, kv_bytes))
         add("--kv-cache-memory-bytes", str(kv_bytes))
     if util is None and kv_bytes is None:

@@ -274,7 +274,7 @@ def main():
         module.fail_json(msg="prefill_tokens must be >= 0 (0 skips prefill); got %d." % p["prefill_tokens"])
     if p["plot"] and not HAS_MATPLOTLIB:
         module.fail_json(msg=missing_required_lib("matplotlib", reason="to draw plot.png (or set plot: false)"))
-    if not re.match(r"^[\w.-]+$", p["label"] + p["arm"]):
+    if not re.match(r"^[\w.-]+\Z", p["label"] + p["arm"]):
         module.fail_json(msg="label and arm become a directory name: use letters, digits, '.', '_' and '-' only "
                              "(got %r, %r)." % (p["label"], p["arm"]))
     earlier = _load_comparisons(module, p["compare_with"])

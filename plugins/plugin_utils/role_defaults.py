@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
-_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*\Z")
 
 
 class RoleDefaultsError(ValueError):

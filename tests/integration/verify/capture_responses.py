@@ -1,6 +1,6 @@
 """Capture the fixtures of the verify unit tests from a real CPU vLLM (not collected by pytest).
 
-    .venv/bin/python tests/integration/verify/capture_responses.py
+    .venv/bin/python -m tests.integration.verify.capture_responses     (from the repository root, for `lab`)
 
 Starts the tiny model twice (lab profile; and a 'broken' replica: 1024-token context, no auto tool choice),
 sends the requests whose answers the classifier must read, and writes
@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import tempfile
 from pathlib import Path
 
+import requests
+
+from lab.vllm_server import make_server
+
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parents[3]))  # the repository root, for `lab`
-
-from lab.vllm_server import make_server  # noqa: E402  pylint: disable=wrong-import-position
-
-import requests  # noqa: E402  pylint: disable=wrong-import-position
 
 FIXTURES = HERE.parents[2] / "fixtures" / "vllm-logs"
 KEEP = re.compile(r"vLLM API server version|non-default args|KV cache|Maximum concurrency|Capturing CUDA graphs|"

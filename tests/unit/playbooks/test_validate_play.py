@@ -207,6 +207,21 @@ def test_each_verify_timing_rule(changes, variable):
     assert check(**changes) == [("node-a", variable)]
 
 
+# A YAML block scalar ends in a newline: "2.2.3\n" is not 2.2.3 to GPUStack, pip or a registry ("$" of Python's re
+# matches before a trailing newline; the rules anchor with \Z).
+@pytest.mark.parametrize("changes, variable", [
+    ({"node_a__pairserve_gpustack_version": "2.2.3\n", "node_b__pairserve_gpustack_version": "2.2.3\n"},
+     "pairserve_gpustack_version"),
+    ({"node_a__pairserve_runner_image_digest": "sha256:" + "0" * 64 + "\n"}, "pairserve_runner_image_digest"),
+    ({"node_a__pairserve_checkpoint_revision": "a" * 40 + "\n", "node_b__pairserve_checkpoint_revision": "a" * 40 + "\n"},
+     "pairserve_checkpoint_revision"),
+    ({"node_a__pairserve_route_name": "qwen\n"}, "pairserve_route_name"),
+    ({"node_a__pairserve_firewall_table": "pairserve\n"}, "pairserve_firewall_table"),
+])
+def test_a_value_with_a_trailing_newline_is_refused(changes, variable):
+    assert ("node-a", variable) in check(**changes)
+
+
 def test_verify_timings_given_on_the_command_line_are_read_as_numbers():
     assert check(node_a__pairserve_verify_reach_grace="0", node_a__pairserve_verify_wait_timeout="15") == []
     # verify runs from the server host: another host's timings are not its

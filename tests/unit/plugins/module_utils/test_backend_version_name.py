@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (
     GpuStackError,
     is_pinned_backend_version,
     pinned_backend_version,

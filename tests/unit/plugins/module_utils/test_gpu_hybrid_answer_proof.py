@@ -16,15 +16,13 @@ parser and vl_tokens' image-token arithmetic.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(REPO / ".cache" / "collections"))
+from ansible_collections.pairserve.llm.plugins.module_utils import hub, vl_tokens, vllm_args, vllm_log
 
-from ansible_collections.pairserve.llm.plugins.module_utils import hub, vl_tokens, vllm_args, vllm_log  # noqa: E402
+REPO = Path(__file__).resolve().parents[4]
 
 RECORD = REPO / "tests" / "fixtures" / "gpu-proof" / "hybrid-qwen3_5-2026-12-06.json"
 RUNNER = ("--model", "--served-model-name", "--host", "--port")

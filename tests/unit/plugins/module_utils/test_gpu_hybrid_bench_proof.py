@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(REPO / ".cache" / "collections"))
+from ansible_collections.pairserve.llm.plugins.module_utils import vl_tokens, vllm_args, vllm_log
 
-from ansible_collections.pairserve.llm.plugins.module_utils import vl_tokens, vllm_args, vllm_log  # noqa: E402
+REPO = Path(__file__).resolve().parents[4]
 
 FIXTURES = REPO / "tests" / "fixtures" / "gpu-proof"
 RECORD = FIXTURES / "hybrid-bench-2026-12-06.json"

@@ -13,16 +13,15 @@ config and check the recorded runs against that rendering and against vllm_log's
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[4]
 # The collection resolves as ansible_collections.pairserve.llm through the link `make deps` creates.
-sys.path.insert(0, str(REPO / ".cache" / "collections"))
 
-from ansible_collections.pairserve.llm.plugins.module_utils import hub, vllm_args, vllm_log  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import hub, vllm_args, vllm_log
+
+REPO = Path(__file__).resolve().parents[4]
 
 RECORD = REPO / "tests" / "fixtures" / "gpu-proof" / "hybrid-qwen3_5-2026-12-02.json"
 RUNNER = ("--model", "--served-model-name", "--host", "--port")

@@ -12,17 +12,16 @@ development machine (Python 3.11.2), the baseline the 3.12 run is compared with.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[4]
 # The collection resolves as ansible_collections.pairserve.llm through the link `make deps` creates.
-sys.path.insert(0, str(REPO / ".cache" / "collections"))
 
-from ansible_collections.pairserve.llm.plugins.module_utils import gpustack, nvml, vllm_args  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import gpustack, nvml, vllm_args
+
+REPO = Path(__file__).resolve().parents[4]
 
 PROOF = REPO / "tests" / "fixtures" / "gpu-proof"
 RECORDING = {"node-a": REPO / "tests" / "fixtures" / "nvml" / "node-a-2x5080.json",

@@ -4,7 +4,6 @@ sources of the venv the integration tier builds), refused by the validation play
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,10 @@ from ansible_collections.pairserve.llm.plugins.module_utils.gpustack_vocabulary_
 from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import problems
 from lab import pins
 from support import inventory_views
+from support.scripts import load
 
 REPO = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import gpustack_vocabulary as generator  # noqa: E402  pylint: disable=wrong-import-position,import-error
+generator = load(REPO / "scripts" / "gpustack_vocabulary.py", "gpustack_vocabulary_generator")
 
 
 def test_the_pinned_gpustack_has_a_vocabulary():

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "collections"
-sys.path.insert(0, str(COLLECTIONS))
-
-from ansible_collections.pairserve.llm.plugins.module_utils.host_lock import (  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils.host_lock import (
     HostLockTimeout,
     host_lock,
     lock_path,
 )
+
+# tests/conftest.py puts this on sys.path for pytest; the holder processes below need it on their own.
+COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "collections"
 
 HOLDER = textwrap.dedent("""
     import sys, time

@@ -18,6 +18,7 @@ import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml, nvml_replay
 from support.nvml_recordings import derived_recording, replaying, set_minor_numbers, swap_pci_location
+from support.scripts import load
 
 REPO = Path(__file__).resolve().parents[4]
 FIXTURES = REPO / "tests" / "fixtures" / "nvml"
@@ -132,11 +133,7 @@ def test_h200_recording_one_nvlink_pair():
 
 def test_converted_shared_recording_matches_conversion():
     """tests/fixtures/nvml/h200x2.json is exactly what the documented conversion makes of the raw file."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import record_nvml  # pylint: disable=import-outside-toplevel
-    finally:
-        sys.path.pop(0)
+    record_nvml = load(REPO / "scripts" / "record_nvml.py", "record_nvml")
     converted = record_nvml.convert(json.loads(SHARED_RAW.read_text()))
     committed = json.loads((FIXTURES / "h200x2.json").read_text())
     assert {k: committed[k] for k in ("system", "devices", "pairs")} == converted

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils import hub, partial_downloads  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import hub, partial_downloads
 
 REPO_ID = "org/name"
 CONTENT = os.urandom(3 * 1024 * 1024 + 17)

@@ -6,7 +6,6 @@ _openai_client.Client directly, then gpustack_info and route_downtime through An
 from __future__ import annotations
 
 import ssl
-import sys
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -14,21 +13,19 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
-
-from ansible_collections.pairserve.llm.plugins.module_utils._openai_client import Client  # noqa: E402
-from ansible_collections.pairserve.llm.plugins.module_utils._openai_failures import classify, is_permanent  # noqa: E402
-from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import GpuStackClient, GpuStackError  # noqa: E402
-from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError  # noqa: E402
-from lab import tls  # noqa: E402
-from lab.ansible_runner import run_module  # noqa: E402
-from support.local_http import QuietHandler, send_json  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_client import Client
+from ansible_collections.pairserve.llm.plugins.module_utils._openai_failures import classify, is_permanent
+from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import GpuStackClient, GpuStackError
+from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
+from lab import tls
+from lab.ansible_runner import run_module
+from support.local_http import QuietHandler, send_json
 
 KEY = "sk-test-tls"
 WORKERS = [{"id": 1, "name": "node-a", "state": "ready"}]
 
-
 # -- a private CA and a server certificate ---------------------------------------------------------------------------
+
 
 def _pem(cert):
     return cert.public_bytes(serialization.Encoding.PEM)

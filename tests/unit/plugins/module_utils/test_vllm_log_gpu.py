@@ -9,15 +9,13 @@ tests/fixtures/gpu-proof/ holds what the same run rendered, verified and measure
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 # The collection resolves as ansible_collections.pairserve.llm through the link `make deps` creates.
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / ".cache" / "collections"))
 
-from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args, vllm_log  # noqa: E402
+from ansible_collections.pairserve.llm.plugins.module_utils import vllm_args, vllm_log
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 LOG = FIXTURES / "vllm-logs" / "h200-tp2-0.25.1.log"

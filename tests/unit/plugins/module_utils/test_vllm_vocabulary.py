@@ -7,7 +7,6 @@ tier builds the vLLM venvs; the unit tier runs before them in `make test`)."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,10 @@ from ansible_collections.pairserve.llm.plugins.module_utils import vllm_vocabula
 from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import problems
 from ansible_collections.pairserve.llm.plugins.module_utils.vllm_vocabulary_table import VOCABULARY
 from support import inventory_views
+from support.scripts import load
 
 REPO = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import vllm_vocabulary as generator  # noqa: E402  pylint: disable=wrong-import-position,import-error
+generator = load(REPO / "scripts" / "vllm_vocabulary.py", "vllm_vocabulary_generator")
 
 # The options a profile renders or an extra_args flag most often names: each must be in every release's table.
 PROFILE_OPTIONS = ("kv_cache_dtype", "reasoning_parser", "tool_call_parser", "quantization", "dtype", "mamba_cache_mode")

@@ -1,6 +1,7 @@
-"""GPUStack's view of one node (module_utils/maintenance.py node_view, filter pairserve.llm.maintenance_view): the
-drain steps' one reading of a gpustack_info result, with route targets named by model (routes.named_targets, the
-join gpustack_route and the reweigh use too)."""
+"""Tests of module_utils/maintenance.py: GPUStack's view of one node (node_view, filter pairserve.llm.maintenance_view),
+the drain steps' one reading of a gpustack_info result, with route targets named by model (routes.named_targets, the
+join gpustack_route and the reweigh use too); and, on hand-made facts, the edges of host_problems and card_changes
+that tests/unit/plugins/filter/test_maintenance.py (recorded hosts) does not reach."""
 
 from __future__ import annotations
 
@@ -84,3 +85,45 @@ def test_through_ansible_and_a_bad_pattern_is_named(tmp_path):
     assert res.rc != 0
     assert "pairserve.llm.maintenance_view: the model pattern '(' is not a regular expression" \
         in res.by_task["Bad"]["msg"]
+
+
+def test_the_model_pattern_is_matched_at_the_start_only_as_jinjas_match():
+    view = maintenance.node_view(info(), "node-b", "qwen-node-b")  # no anchors: qwen-node-bb matches too
+    assert [m["name"] for m in view["models"]] == ["qwen-node-b", "qwen-node-b-p1", "qwen-node-bb"]
+    assert maintenance.node_view(info(), "node-b", "node-b")["models"] == []  # not searched inside the name
+
+
+def test_several_hosts_outside_gpu_nodes_and_an_empty_group_are_named():
+    texts = maintenance.host_problems(["x", "y"], [], None, "none")
+    assert texts == [
+        "maintenance.yml takes one GPU node out of the route at a time, and this run has 2 host(s) (x, y): run it with "
+        "--limit <node> (one of the group gpu_nodes, empty)",
+        "x, y are not in the group gpu_nodes: only a GPU node has replicas to take out of the route"]
+    assert maintenance.host_problems(None, None, None, None)[0] == (
+        "pairserve_maintenance_action is None; it must be one of reboot, pause, none")
+
+
+def gpu(index, uuid, **fields):
+    return dict({"index": index, "uuid": uuid, "name": "NVIDIA L4", "memory_total_mib": 23034,
+                 "compute_capability": "8.9", "bus_id": "00000000:0%d:00.0" % (index + 1)}, **fields)
+
+
+def fact(gpus, pairs):
+    return {"gpus": gpus, "pairs": [{"index": i, "uuids": [gpus[j]["uuid"] for j in p], "gpustack_gpu_indexes": list(p)}
+                                    for i, p in enumerate(pairs)]}
+
+
+def test_only_the_kept_fields_count_and_the_same_cards_paired_otherwise_are_a_change():
+    cards = [gpu(i, "GPU-%d" % i) for i in range(4)]
+    before = fact(cards, [(0, 1), (2, 3)])
+    # a field the pairs record does not keep (the bus id) changes nothing
+    moved = fact([dict(c, bus_id="0000:8%d:00.0" % c["index"]) for c in cards], [(0, 1), (2, 3)])
+    assert maintenance.card_changes(before, moved, "node-c") == []
+    assert maintenance.card_changes(before, fact(cards, [(0, 2), (1, 3)]), "node-c") == [
+        "node-c: gpu_pairs pairs the cards otherwise now (0+2, 1+3, was 0+1, 2+3)"]
+
+
+def test_a_card_without_a_fact_is_new_and_its_missing_fields_are_question_marks():
+    assert maintenance.card_changes(None, {"gpus": [{"index": 0, "uuid": "GPU-x"}]}, "node-c") == [
+        "node-c: GPU 0 (GPU-x ? ? MiB cc ?) is new"]
+    assert maintenance.card_changes({}, {}, "node-c") == []

@@ -1,6 +1,7 @@
-"""module_utils/_files.py, the collection's one atomic write: the content is replaced whole, the mode and owner are
-what the caller asked for (or the replaced file's), a failure leaves the target as it was and no temp file, and a
-writer killed before the rename leaves only a temp file whose name the hub's sweep recognises."""
+"""Tests of module_utils/_files.py, the collection's one atomic write: the content is replaced whole, the mode
+and owner are what the caller asked for (or the replaced file's), a failure leaves the target as it was and no temp
+file, and a writer killed before the rename leaves only a temp file whose name (temp_prefix) the hub's sweep
+recognises."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(REPO / ".cache" / "collections"))
+from ansible_collections.pairserve.llm.plugins.module_utils import _files, hub
 
-from ansible_collections.pairserve.llm.plugins.module_utils import _files, hub  # noqa: E402
+# tests/conftest.py puts this on sys.path for pytest; the killed child below needs it on its own.
+COLLECTIONS = Path(__file__).resolve().parents[4] / ".cache" / "collections"
 
 
 def entries(directory: Path) -> list[str]:
@@ -89,7 +90,7 @@ def test_a_writer_killed_before_the_rename_leaves_a_temp_file_the_sweep_recognis
         os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
         _files.atomic_write(sys.argv[1], b"new")
     """)
-    proc = subprocess.run([sys.executable, "-c", child, str(target), str(REPO / ".cache" / "collections")],
+    proc = subprocess.run([sys.executable, "-c", child, str(target), str(COLLECTIONS)],
                           check=False)
     assert proc.returncode == -signal.SIGKILL
     assert target.read_text() == "old"
@@ -97,3 +98,24 @@ def test_a_writer_killed_before_the_rename_leaves_a_temp_file_the_sweep_recognis
     assert len(debris) == 1 and debris[0].startswith(_files.temp_prefix(str(target))), debris
     assert hub.sweep_temp_files(str(tmp_path)) == [str(tmp_path / debris[0])]
     assert entries(tmp_path) == ["tokenizer.json"]
+
+
+def test_the_temp_prefix_hides_the_file_and_names_its_target():
+    assert _files.temp_prefix("/var/lib/x/tokenizer.json") == ".tokenizer.json.pairserve-"
+    assert _files.temp_prefix("hosts.yml") == ".hosts.yml.pairserve-"
+
+
+def test_an_asked_mode_wins_over_the_replaced_files_mode(tmp_path):
+    target = tmp_path / "token"
+    target.write_text("old")
+    target.chmod(0o644)
+    _files.atomic_write(str(target), "new", mode=0o600, like=os.stat(target))
+    assert target.stat().st_mode & 0o7777 == 0o600 and target.read_text() == "new"
+
+
+def test_a_missing_directory_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        _files.atomic_write(str(tmp_path / "absent" / "file"), b"x")
+    with pytest.raises(FileNotFoundError):
+        _files.fsync_dir(str(tmp_path / "absent"))
+    assert entries(tmp_path) == []

@@ -1,4 +1,5 @@
-"""The replica name's one owner (module_utils/replica_names.py) and its filters, and a guard that the rule is
+"""plugins/module_utils/replica_names.py, the replica name's one owner: names per pair, the pattern, which host a name
+belongs to, pair indexes and names two hosts could share; its filters through Ansible, and a guard that the rule is
 written nowhere else in the product."""
 
 from __future__ import annotations
@@ -77,3 +78,22 @@ def test_the_pair_of_a_replica_name_and_names_that_two_hosts_could_share():
     # other model names can meet too: qwen-x with host b and qwen with host x-b
     assert naming.conflicts("qwen-x", "b", "qwen", "x-b")
     assert not naming.conflicts("qwen", "node-b", "other", "node-b")
+
+
+def test_the_pattern_escapes_model_and_host_and_matches_whole_names_only():
+    pattern = naming.pattern("qwen3.5", "node.a")
+    assert pattern == r"^qwen3\.5-node\.a(-p[0-9]+)?\Z"
+    assert re.match(pattern, "qwen3.5-node.a-p2") and re.match(pattern, "qwen3.5-node.a")
+    # a dot in the model or host name is literal, not "any character"
+    assert not re.match(pattern, "qwen3x5-node.a") and not re.match(pattern, "qwen3.5-nodeXa")
+    assert not re.match(pattern, "qwen3.5-node.a-p") and not re.match(pattern, "qwen3.5-node.a-p1-old")
+    assert not re.match(pattern, "qwen3.5-node.a\n") and not re.match(pattern, "qwen3.5-node.a-p1\n")
+
+
+def test_base_name_drops_only_a_trailing_pair_suffix_and_none_is_no_replica():
+    assert naming.base_name("qwen-node-a-p3") == "qwen-node-a"
+    assert naming.base_name("qwen-node-a") == "qwen-node-a"
+    assert naming.base_name("qwen-p1-node-a") == "qwen-p1-node-a"  # a -p<N> inside the name stays
+    assert naming.owned_by(None, "qwen", "node-a") is False
+    assert naming.host_of("qwen-node-a", "qwen", []) is None
+    assert naming.pair_of("qwen-node-a-p07", "qwen", "node-a") == 7
