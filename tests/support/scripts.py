@@ -1,5 +1,4 @@
-"""Load one of the repository's stand-alone scripts (not a package) as a module, by path, once per session; and
-make the controller's package importable as the service imports it."""
+"""Load one of the repository's stand-alone scripts (not a package) as a module, by path, once per session."""
 
 from __future__ import annotations
 
@@ -9,10 +8,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SIMULATION = REPO / "scripts" / "simulate_routing.py"
-# The controller package and the collection it imports (bootstrap links this checkout there), as on a node, where
-# the role puts the package beside a copy of the collection's module_utils.
-CONTROLLER_FILES = REPO / "roles" / "controller" / "files"
-COLLECTIONS = REPO / ".cache" / "collections"
 
 
 def load(path: Path, name: str):
@@ -24,10 +19,3 @@ def load(path: Path, name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def controller_path():
-    """Put the controller package and the collection on sys.path (idempotent)."""
-    for path in (str(COLLECTIONS), str(CONTROLLER_FILES)):
-        if path not in sys.path:
-            sys.path.insert(0, path)

@@ -172,9 +172,6 @@ def test_concurrent_writers_all_end_registered(gpustack_server):
 
 def test_the_controllers_replica_put_keeps_the_pinned_image(gpustack_server, checkpoint):
     """The controller puts a pair to sleep and wakes it by PUTting the model back with another replica count."""
-    from support import scripts  # pylint: disable=import-outside-toplevel
-
-    scripts.controller_path()
     from pairserve_controller.gpustack_access import GpuStack  # pylint: disable=import-outside-toplevel
     server = gpustack_server
     assert not run_module("gpustack_backend_version", version_args(server)).failed

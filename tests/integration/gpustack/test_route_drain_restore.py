@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from lab.ansible_runner import run_module
-from support import scripts
 from support.gpustack_models import config_only_checkpoint, model_args
 
 pytestmark = pytest.mark.slow
@@ -79,7 +78,6 @@ def test_drain_refuses_what_would_leave_nothing_or_is_not_in_the_route(gpustack_
 
 def test_the_controller_sets_weights_through_the_same_rule(gpustack_server, pool):
     """The controller's GPUStack access (the collection's client): a cold replica parked, then given weight back."""
-    scripts.controller_path()
     from pairserve_controller.gpustack_access import GpuStack  # pylint: disable=import-outside-toplevel
 
     server = gpustack_server

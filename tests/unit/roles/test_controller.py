@@ -15,14 +15,10 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from support import scripts
+from pairserve_controller import cli, config, exposition, gpustack_access, service
+from pairserve_controller import policy as pp
+from pairserve_controller import vllm_metrics as vmetrics
 from support.controller_ini import REPLICA_SECTIONS
-
-scripts.controller_path()
-# pylint: disable=wrong-import-position,wrong-import-order
-from pairserve_controller import cli, config, exposition, gpustack_access, service  # noqa: E402
-from pairserve_controller import policy as pp  # noqa: E402
-from pairserve_controller import vllm_metrics as vmetrics  # noqa: E402
 
 Load = pp.Load
 Speed = pp.Speed

@@ -22,18 +22,14 @@ import sys
 import pytest
 import yaml
 
-from support import scripts
-from support.controller_ini import REPLICA_SECTIONS
+from ansible_collections.pairserve.llm.plugins.plugin_utils import controller_wheel
 from lab.ansible_runner import run_playbook
+from pairserve_controller import cli, config, service
+from pairserve_controller import policy as pp
+from support.controller_ini import REPLICA_SECTIONS
 
 UNIT = "/etc/systemd/system/pairserve-controller.service"
 KEY = "sk-pairserve-test0controller0key0never0shown"
-
-
-scripts.controller_path()
-# pylint: disable=wrong-import-position,wrong-import-order
-from pairserve_controller import cli, config, service  # noqa: E402
-from pairserve_controller import policy as pp  # noqa: E402
 
 needs_systemctl = pytest.mark.skipif(
     shutil.which("systemctl") is None,
@@ -66,7 +62,9 @@ def _play(tmp_path, entry="main", check=True, **host_vars):
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump([{"name": "Controller role test", "hosts": "localhost", "gather_facts": False,
                                          "tasks": [task]}]))
-    return run_playbook(playbook, inventory=inventory, check=check, diff=True, timeout=300)
+    # the controller's wheel is built into the test's directory, not the user's cache
+    return run_playbook(playbook, inventory=inventory, check=check, diff=True, timeout=300,
+                        env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
 
 
 def _by_task(res, name):
@@ -81,11 +79,23 @@ def _rendered(res, task):
     return diff["after"]
 
 
-def _check_config(path):
-    """The role's validate command: the package's --check-config, with the collection beside it as on a node."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(scripts.CONTROLLER_FILES), str(scripts.COLLECTIONS)]))
+@pytest.fixture(name="installed", scope="module")
+def installed_fixture(tmp_path_factory):
+    """The controller's wheel installed alone (pip --no-deps) into a directory of its own: what the role's
+    validate step and unit run on a node, with nothing of this checkout on the path."""
+    where = tmp_path_factory.mktemp("controller-wheel")
+    wheel = controller_wheel.write(where / "wheels")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
+                    str(where / "site"), wheel["path"]], check=True, timeout=120)
+    return where / "site"
+
+
+def _check_config(path, installed):
+    """The role's validate command: the installed wheel's --check-config."""
+    env = dict((k, v) for k, v in os.environ.items() if k != "PYTHONPATH")
+    env["PYTHONPATH"] = str(installed)
     return subprocess.run([sys.executable, "-m", "pairserve_controller", "--check-config", str(path)],
-                          capture_output=True, text=True, check=False, timeout=60, env=env)
+                          capture_output=True, text=True, check=False, timeout=60, cwd=str(installed), env=env)
 
 
 def _verify_unit(path):
@@ -131,7 +141,7 @@ INVENTORIES = {
 
 @needs_systemctl
 @pytest.mark.parametrize("case", sorted(INVENTORIES))
-def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, case):
+def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, case, installed):
     host_vars, expect = INVENTORIES[case]
     res = _play(tmp_path, **host_vars)
     assert res.rc == 0, res.stdout[-4000:]
@@ -141,7 +151,7 @@ def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, 
     # The real script's check (the role's validate step) and the parser the service uses.
     ini = tmp_path / "rendered.ini"
     ini.write_text(ini_text)
-    proc = _check_config(ini)
+    proc = _check_config(ini, installed)
     assert proc.returncode == 0, proc.stderr
     assert "ok: route %s, mode %s" % (expect["route"], expect["mode"]) in proc.stdout
     cfg = config.read_config(str(ini))
@@ -174,8 +184,7 @@ def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, 
     unit.read_string(unit_text)
     svc = unit["Service"]
     exec_start = svc["ExecStart"]
-    assert exec_start.startswith("%s %s " % (tmp_path / "home" / "venv" / "bin" / "python",
-                                             tmp_path / "home" / "lib" / "pairserve-controller"))
+    assert exec_start.startswith("%s " % (tmp_path / "home" / "venv" / "bin" / "pairserve-controller"))
     assert "--config %s --api-key-file %s" % (tmp_path / "etc" / "controller.ini", tmp_path / "etc" / "controller.key") \
         in exec_start
     assert ("--dry-run" in exec_start) is expect["dry_run"]
@@ -190,8 +199,8 @@ def test_role_renders_a_config_the_script_accepts_and_a_hardened_unit(tmp_path, 
     if shutil.which("systemd-analyze"):
         path = tmp_path / "pairserve-controller.service"
         path.write_text(unit_text)
-        # Check mode makes no venv: systemd's "is not executable" for its Python is the only complaint allowed.
-        python = str(tmp_path / "home" / "venv" / "bin" / "python")
+        # Check mode makes no venv: systemd's "is not executable" for its command is the only complaint allowed.
+        python = str(tmp_path / "home" / "venv" / "bin" / "pairserve-controller")
         assert [line for line in _verify_unit(path) if "Command %s is not executable" % python not in line] == []
 
     # Check mode: nothing written, systemd not asked about a unit that does not exist, no restart.
@@ -258,12 +267,13 @@ def test_without_the_management_key_the_role_says_where_it_comes_from(tmp_path):
 @pytest.mark.skipif(os.path.exists(UNIT), reason="a real pairserve-controller unit is installed on this machine")
 def test_turning_it_off_removes_what_it_installed_and_then_changes_nothing(tmp_path):
     for path in ("home/lib/pairserve-controller", "home/lib/pairserve_controller/cli.py", "home/venv/bin/python",
+                 "home/wheels/pairserve_controller-0.1.0+g000000000000-py3-none-any.whl",
                  "etc/controller.ini", "etc/controller.key"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text("installed by an earlier run\n")
     first = _play(tmp_path, entry="absent", check=False, pairserve_controller_enabled=False)
     assert first.rc == 0, first.stdout[-3000:]
-    assert not (tmp_path / "home").exists()  # venv, package and launcher, then the emptied directory
+    assert not (tmp_path / "home").exists()  # venv, wheel (and an earlier version's package), then the directory
     assert not (tmp_path / "etc" / "controller.ini").exists() and not (tmp_path / "etc" / "controller.key").exists()
     assert _by_task(first, "Stop and disable the pairserve controller")["_status"] == "skipped"
     second = _play(tmp_path, entry="absent", check=False, pairserve_controller_enabled=False)
@@ -274,7 +284,7 @@ def test_main_entry_point_with_the_switch_off_installs_nothing(tmp_path):
     res = _play(tmp_path, pairserve_controller_enabled=False)
     assert res.rc == 0, res.stdout[-3000:]
     ran = {r["_task"] for r in res.results if r["_status"] != "skipped"}
-    assert "Install the controller package" not in ran and "Write the configuration" not in ran
+    assert "Install the controller's wheel into its venv" not in ran and "Write the configuration" not in ran
     assert [r for r in res.results if r.get("changed")] == []
 
 
@@ -308,11 +318,11 @@ replica = qwen-node-b
     ("static_weight = 58\n", "static_weight = 0\n", None),
     ("[gpustack]\n", "", "no section headers|File contains no section headers"),
 ])
-def test_check_config_refuses_what_the_service_would_misread(tmp_path, old, new, match):
+def test_check_config_refuses_what_the_service_would_misread(tmp_path, old, new, match, installed):
     assert old in GOOD
     path = tmp_path / "controller.ini"
     path.write_text(GOOD.replace(old, new, 1))
-    proc = _check_config(path)
+    proc = _check_config(path, installed)
     if match is None:  # one static weight of 0 is fine as long as another is above 0
         assert proc.returncode == 0, proc.stderr
         return
@@ -321,10 +331,10 @@ def test_check_config_refuses_what_the_service_would_misread(tmp_path, old, new,
     assert re.search(match, proc.stderr), proc.stderr
 
 
-def test_check_config_accepts_the_documented_example_and_says_what_it_will_do(tmp_path):
+def test_check_config_accepts_the_documented_example_and_says_what_it_will_do(tmp_path, installed):
     path = tmp_path / "controller.ini"
     path.write_text(GOOD)
-    proc = _check_config(path)
+    proc = _check_config(path, installed)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ("%s: ok: route qwen, mode queue_aware, replicas qwen-node-a (static 58), "
                                    "qwen-node-b (static 42), sleep qwen-node-b after 30 min idle" % path)
