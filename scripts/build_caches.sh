@@ -42,8 +42,8 @@ flock 9
 . scripts/lib/pins.sh
 if [ "$group" = gpustack ]; then
   gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
-  phase "GPUStack $gpustack_version wheelhouse" bash scripts/build_wheelhouse.sh "$gpustack_version"
-  phase "controller wheels" bash scripts/build_controller_wheels.sh
+  phase "GPUStack $gpustack_version wheelhouse" bash tools/build_wheelhouse.sh "$gpustack_version"
+  phase "controller wheels" bash tools/build_controller_wheels.sh
   # The integration tier's GPUStack (tests/support/gpustack_server.py, ensure_venv: once, under its own lock), which
   # both of its GPUStack sessions otherwise wait for in their first fixture.
   phase "GPUStack $gpustack_version test venv" .venv/bin/python -c \
@@ -76,7 +76,7 @@ if [ "$group" = lab ]; then
   . scripts/lib/vllm-cpu-image.sh
   gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
   vllm_version=$(pairserve_lab_pin pairserve_vllm_version)
-  phase "GPUStack $gpustack_version wheelhouse" bash scripts/build_wheelhouse.sh "$gpustack_version"
+  phase "GPUStack $gpustack_version wheelhouse" bash tools/build_wheelhouse.sh "$gpustack_version"
   phase "node image" pairserve_build_node_image
   phase "vLLM $vllm_version serving venv" bash scripts/build_vllm_cpu_serve.sh "$vllm_version"
   phase "tiny model" .venv/bin/python scripts/build_tiny_model.py

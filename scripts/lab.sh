@@ -187,7 +187,7 @@ prepare_upgrade() {  # what the upgrade scenario's pins need and the default lab
   gs_next=$(pairserve_pin inventory/lab/upgrade/next.yml pairserve_gpustack_version)
   vllm_prev=$(pairserve_pin inventory/lab/upgrade/previous.yml pairserve_vllm_version)
   vllm_next=$(pairserve_pin inventory/lab/upgrade/next.yml pairserve_vllm_version)
-  phase "GPUStack $gs_next wheelhouse" bash scripts/build_wheelhouse.sh "$gs_next"
+  phase "GPUStack $gs_next wheelhouse" bash tools/build_wheelhouse.sh "$gs_next"
   phase "GPUStack $gs_next worker tools" worker_tools "$gs_next"
   phase "vLLM $vllm_prev replica image" build_replica_image "$vllm_prev"
   phase "vLLM $vllm_next replica image" build_replica_image "$vllm_next"
@@ -398,7 +398,7 @@ day2_sleepwake() {
   local dir=$state/sleep_wake start=$SECONDS since
   mkdir -p "$dir"
   # The controller's venv installs from its wheels (not part of `make lab`): built once.
-  bash scripts/build_controller_wheels.sh || return
+  bash tools/build_controller_wheels.sh || return
   rm -f "$dir/demo.rc" "$dir/result.json"
   # The lab's settings: sleep after 30 s idle (not 30 min), look every 2 s, wake when node-a has 2 requests
   # waiting; the speeds are the lab's CPU replicas' (docs/lab.md: ~250 tok/s each at 4 sequences).
@@ -803,7 +803,7 @@ day2_weights() {
   local dir=$state/queue_weights start=$SECONDS container results since
   mkdir -p "$dir"
   # The controller's venv installs from its wheels (not part of `make lab`): built once.
-  bash scripts/build_controller_wheels.sh || return
+  bash tools/build_controller_wheels.sh || return
   rm -rf "$dir/bench" "$dir/demo.rc" "$dir/result.json"
   # Replicas of different speed, as the seed's pairs are: node-b's replica container gets a fraction of its core
   # (cgroup CPU quota; the container is left as it is otherwise and gets its whole core back at the end). Half a

@@ -53,13 +53,13 @@ def load(path: str) -> dict:
             data = json.load(handle)
     except OSError as exc:
         raise RecordingError(f"{ENV_VAR}={path}: cannot read the recording ({exc.strerror}); "
-                             "point it at a JSON file written by scripts/record_nvml.py") from exc
+                             "point it at a JSON file written by tools/record_nvml.py") from exc
     except ValueError as exc:
         raise RecordingError(f"{ENV_VAR}={path}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise RecordingError(f"{ENV_VAR}={path}: format is {found!r}, expected {FORMAT!r}; "
-                             "convert raw recordings with scripts/record_nvml.py --convert")
+                             "convert raw recordings with tools/record_nvml.py --convert")
     if not isinstance(data.get("devices"), list) or not isinstance(data.get("system", {}), dict):
         raise RecordingError(f"{ENV_VAR}={path}: 'devices' must be a list and 'system' an object")
     return data
@@ -409,7 +409,7 @@ class ReplayLibrary:
 
     def _define_power(self):
         """Power draw and the energy counter, from `PowerUsageSeries` / `TotalEnergyConsumptionSeries` when a
-        recording holds them (scripts/record_nvml.py --power-samples), else from the single answers."""
+        recording holds them (tools/record_nvml.py --power-samples), else from the single answers."""
         for number, device in enumerate(self.devices):
             for key in ("PowerUsage",) + COUNTER_SERIES:
                 series = device.get(key + "Series")

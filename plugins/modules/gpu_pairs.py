@@ -23,7 +23,7 @@ description:
   - Returns the fact C(pairserve_gpu). Fails with what to do when there is no driver, a GPU is lost,
     the driver is too old for the architecture, or the number of pairs differs from O(expected_pairs).
   - When the environment variable E(PAIRSERVE_NVML_REPLAY) names a recording written by
-    C(scripts/record_nvml.py), the real nvidia-ml-py runs over that recording instead of the driver
+    C(tools/record_nvml.py), the real nvidia-ml-py runs over that recording instead of the driver
     and every result says C(source=replay:<file>). Pass it with the task's C(environment) keyword.
 author:
   - pairserve.llm maintainers (@pairserve)

@@ -22,7 +22,7 @@ description:
     pair served, adds that target's throughput and, for a C(loaded) window, throughput per watt
     (tok/s per W, which is tokens per joule).
   - When the environment variable E(PAIRSERVE_NVML_REPLAY) names a recording, the real nvidia-ml-py runs over
-    it; recordings with power series (C(scripts/record_nvml.py --power-samples)) answer the samples in order.
+    it; recordings with power series (C(tools/record_nvml.py --power-samples)) answer the samples in order.
     Every result then says C(source=replay:<file>).
 author:
   - pairserve.llm maintainers (@pairserve)

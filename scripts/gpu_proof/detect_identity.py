@@ -8,7 +8,7 @@ GPUStack 2.2.3's worker reports the GPUs that gpustack-runtime 0.2.1's `detect_d
     {"host": ..., "runtime": [{index, uuid, name, memory_mib, bdf}], "gpu_pairs": [{nvml_index, minor_number,
      gpustack_index, uuid, bus_id, name, memory_mib}], "pairs": [...]}
 
-Record the host beside it (scripts/record_nvml.py): the test suite replays that recording through both detections
+Record the host beside it (tools/record_nvml.py): the test suite replays that recording through both detections
 and compares with what they said on the real host (tests/integration/gpustack/test_gpu_identity.py).
 
     python detect_identity.py OUTPUT.json     (gpustack_runtime, nvidia-ml-py and the collection importable)

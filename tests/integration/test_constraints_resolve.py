@@ -1,7 +1,7 @@
 """Every GPUStack constraints file resolves, with pip's real resolver against the package index, for the Python it
 serves: `pip install --dry-run --report` of gpustack==<release> with that file alone, exactly as the
 gpustack_install role installs, for the target it was resolved for (wheels only, that CPython, its system's glibc,
-that Python's environment markers; scripts/resolve_constraints.py). A file passes when pip resolves it and installs
+that Python's environment markers; tools/resolve_constraints.py). A file passes when pip resolves it and installs
 exactly its pins: nothing floats, nothing is stale, the release's holds are kept.
 
 Needs the package index (https://pypi.org/simple, as CI has): without it pip fails and so does the test. pip's HTTP
@@ -17,7 +17,7 @@ import pytest
 from lab.ansible_runner import REPO
 from support.scripts import load
 
-resolver = load(REPO / "scripts" / "resolve_constraints.py", "resolve_constraints")
+resolver = load(REPO / "tools" / "resolve_constraints.py", "resolve_constraints")
 RELEASES = resolver.releases()
 PYTHONS = sorted(resolver.TARGETS)
 

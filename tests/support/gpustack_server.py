@@ -12,7 +12,7 @@ NVML hosts (tests/integration/gpustack/test_grown_site.py), stopped with `stop_w
 
 What runs, and why this way:
 - The venv `.cache/gpustack/venv-<version>` is built once (stamp) from the offline wheelhouse of
-  scripts/build_wheelhouse.sh with the collection's constraints file (SQLAlchemy < 2.1, see that file).
+  tools/build_wheelhouse.sh with the collection's constraints file (SQLAlchemy < 2.1, see that file).
 - PostgreSQL: GPUStack 2.x has no SQLite. initdb/pg_ctl refuse root, so they run as `postgres`
   (runuser) on a private data dir, a private socket dir and a free port on 127.0.0.1.
 - Server: `gpustack start --config-file` with gateway_mode disabled (no Higress in a pip install),
@@ -89,7 +89,7 @@ def _ensure_venv_locked(version: str) -> Path:
     python = subprocess.run(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                             check=True, capture_output=True, text=True).stdout.strip()
     constraints = REPO / "roles" / "gpustack_install" / "files" / f"py{python}" / f"gpustack-{version}.constraints.txt"
-    subprocess.run(["bash", str(REPO / "scripts" / "build_wheelhouse.sh"), version], check=True)
+    subprocess.run(["bash", str(REPO / "tools" / "build_wheelhouse.sh"), version], check=True)
     wheelhouse = CACHE / "wheelhouse" / f"gpustack-{version}"
     venv = CACHE / "gpustack" / f"venv-{version}"
     stamp = venv.parent / f"venv-{version}.stamp"

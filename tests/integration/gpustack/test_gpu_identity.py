@@ -1,7 +1,7 @@
 """GPU identity: the index GPUStack's worker gives each GPU (what gpu_selector ids name) against gpu_pairs'.
 
 The real evidence is one H200 host: scripts/gpu_proof/detect_identity.py ran gpustack-runtime 0.2.1's
-`detect_devices()` (the 2.2.3 worker's detection) next to gpu_pairs on it, and scripts/record_nvml.py recorded the
+`detect_devices()` (the 2.2.3 worker's detection) next to gpu_pairs on it, and tools/record_nvml.py recorded the
 host. Replaying that recording through both here must give what they said on the real host. With one GPU the
 orders cannot differ, so the multi-GPU case is built in the recording's format: four GPUs whose minor numbers are
 not their NVML order, run through gpustack-runtime's own code with the collection's worker environment

@@ -150,4 +150,4 @@ def test_gpustack_install_refuses_a_wheelhouse_of_another_python(tmp_path, built
     if refused:
         assert f"was built for GPUStack {GS} on Python 3.11 (its pairserve-wheelhouse.json), but this node installs" \
                f" GPUStack {GS} with Python 3.12" in message(check[0])
-        assert f"scripts/build_wheelhouse.sh --python 3.12 {GS}" in message(check[0])
+        assert f"tools/build_wheelhouse.sh --python 3.12 {GS}" in message(check[0])

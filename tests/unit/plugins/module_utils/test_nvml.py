@@ -133,7 +133,7 @@ def test_h200_recording_one_nvlink_pair():
 
 def test_converted_shared_recording_matches_conversion():
     """tests/fixtures/nvml/h200x2.json is exactly what the documented conversion makes of the raw file."""
-    record_nvml = load(REPO / "scripts" / "record_nvml.py", "record_nvml")
+    record_nvml = load(REPO / "tools" / "record_nvml.py", "record_nvml")
     converted = record_nvml.convert(json.loads(SHARED_RAW.read_text()))
     committed = json.loads((FIXTURES / "h200x2.json").read_text())
     assert {k: committed[k] for k in ("system", "devices", "pairs")} == converted

@@ -1,5 +1,5 @@
 """pairserve.llm.gpu_power through real Ansible over recorded power series, the replay's series in-process, and
-scripts/record_nvml.py --power-samples round-tripped through the replay.
+tools/record_nvml.py --power-samples round-tripped through the replay.
 
 All module cases run as tasks of one generated playbook (one ansible-playbook process); each task's raw result
 comes back by name. Expected figures are computed here from the fixtures' own series, and the seed's published
@@ -266,7 +266,7 @@ def test_gpu_pairs_reads_the_first_sample_which_is_the_seed_figure(replay):
 
 
 def test_record_nvml_power_samples_round_trip_through_the_replay(replay, tmp_path):
-    record_nvml = load(REPO / "scripts" / "record_nvml.py", "record_nvml")
+    record_nvml = load(REPO / "tools" / "record_nvml.py", "record_nvml")
     replay(NODE_A)
     out = tmp_path / "rerecorded.json"
     assert record_nvml.main(["-o", str(out), "--power-samples", "20", "--power-interval", "0.001",

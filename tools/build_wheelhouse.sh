@@ -5,7 +5,7 @@
 #                                                 3.12: Ubuntu 24.04)
 # holding every wheel `pip install gpustack==<version>` needs on that Python: the pins of
 # roles/gpustack_install/files/py3.X/gpustack-<version>.constraints.txt, downloaded for the target that file was
-# resolved for (scripts/resolve_constraints.py --pip-options 3.X: wheels only, that CPython, its glibc's manylinux
+# resolved for (tools/resolve_constraints.py --pip-options 3.X: wheels only, that CPython, its glibc's manylinux
 # tags). A wheelhouse serves one Python: it holds compiled wheels (numpy, pydantic-core, ...) for that CPython only,
 # and its pairserve-wheelhouse.json says which, so the gpustack_install role refuses it on a node of another Python.
 # The pytest GPUStack server, the molecule nodes and the lab install from the 3.11 one with
@@ -30,9 +30,9 @@ cd "$(dirname "$0")/.."
 root=$PWD
 pip=${PIP:-$root/.venv/bin/pip}
 # --only-binary plus an explicit platform/python, the target the constraints file was resolved for (one place:
-# scripts/resolve_constraints.py): the result must install on the nodes of that Python without a compiler,
+# tools/resolve_constraints.py): the result must install on the nodes of that Python without a compiler,
 # whatever machine builds it. pip itself is included so the node venvs get the same pip offline.
-mapfile -t download_opts < <("${PYTHON:-$root/.venv/bin/python}" "$root/scripts/resolve_constraints.py" \
+mapfile -t download_opts < <("${PYTHON:-$root/.venv/bin/python}" "$root/tools/resolve_constraints.py" \
   --pip-options "$python_minor") || exit 2
 [ ${#download_opts[@]} -gt 0 ] || exit 2
 suffix=$([ "$python_minor" = 3.11 ] || echo "-py$python_minor")
@@ -65,7 +65,7 @@ build() {
   local constraints=$root/roles/gpustack_install/files/py$python_minor/gpustack-$version.constraints.txt
   if [ ! -f "$constraints" ]; then
     echo "build_wheelhouse: no constraints file for GPUStack $version on Python $python_minor at" \
-         "${constraints#"$root"/}; create it with scripts/resolve_constraints.py --python $python_minor $version" \
+         "${constraints#"$root"/}; create it with tools/resolve_constraints.py --python $python_minor $version" \
          "(from the release's holds, roles/gpustack_install/files/gpustack-$version.constraints.txt)" >&2
     exit 1
   fi

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Resolve the GPUStack constraints files, one per GPUStack release and node Python, with pip's own resolver.
 
-    scripts/resolve_constraints.py 2.2.3 2.3.0          # (re)write files/py3.X/gpustack-<release>.constraints.txt
-    scripts/resolve_constraints.py --python 3.12 2.2.3  # one Python only
-    scripts/resolve_constraints.py --check              # resolve every file again; fail unless each resolves to itself
-    scripts/resolve_constraints.py --pip-options 3.12   # the target options, one per line (build_wheelhouse.sh)
+    tools/resolve_constraints.py 2.2.3 2.3.0          # (re)write files/py3.X/gpustack-<release>.constraints.txt
+    tools/resolve_constraints.py --python 3.12 2.2.3  # one Python only
+    tools/resolve_constraints.py --check              # resolve every file again; fail unless each resolves to itself
+    tools/resolve_constraints.py --pip-options 3.12   # the target options, one per line (build_wheelhouse.sh)
 
 Inputs, in roles/gpustack_install/files/:
   gpustack-<release>.constraints.txt          the release's holds: what the release needs beyond what gpustack
@@ -200,10 +200,10 @@ def header(release: str, minor: str, pins: dict[str, str], dropped: list[str], r
         f" linux x86_64: the {len(pins)}",
         f"packages `pip install gpustack=={release}` installs there, pinned. The gpustack_install role installs with"
         " the file",
-        f"of the node's Python; `scripts/build_wheelhouse.sh --python {minor} {release}` builds its offline wheelhouse"
+        f"of the node's Python; `tools/build_wheelhouse.sh --python {minor} {release}` builds its offline wheelhouse"
         " from it.",
         f"GENERATED (do not edit) on {datetime.date.today().isoformat()} by"
-        f" `scripts/resolve_constraints.py --python {minor} {release}` with {_pip_version()}'s",
+        f" `tools/resolve_constraints.py --python {minor} {release}` with {_pip_version()}'s",
         f"resolver against {index_url}: `pip install --dry-run --ignore-installed --report -",
         f"-c ../gpustack-{release}.constraints.txt gpustack=={release}` for that target (wheels only, cp{nodot}/abi3/none,",
         f"manylinux_2_{target.glibc_minor} down to manylinux1, environment markers of Python {target.python}), honouring"
@@ -220,7 +220,7 @@ def header(release: str, minor: str, pins: dict[str, str], dropped: list[str], r
             + ([f"only here {', '.join(only_here)}"] if only_here else []) \
             + ([f"not needed here {', '.join(not_here)}"] if not_here else [])
         lines += _wrap(f"Against the py{REFERENCE} file: " + ("; ".join(parts) if parts else "the same pins") + ".")
-    lines.append("`scripts/resolve_constraints.py --check` (tests/integration/test_constraints_resolve.py) resolves it"
+    lines.append("`tools/resolve_constraints.py --check` (tests/integration/test_constraints_resolve.py) resolves it"
                  " again.")
     return "".join(f"# {line}\n" for line in lines)
 
@@ -253,7 +253,7 @@ def check(release: str, minor: str, lock: Path | None = None, **pip) -> list[str
     """
     lock = lock or lock_path(release, minor)
     if not lock.exists():
-        return [f"{lock.relative_to(REPO)} is missing: run scripts/resolve_constraints.py --python {minor} {release}"]
+        return [f"{lock.relative_to(REPO)} is missing: run tools/resolve_constraints.py --python {minor} {release}"]
     pins = read_pins(lock)
     got = resolved(run_pip_resolver(minor, ["-c", lock, f"gpustack=={release}"], **pip))
     if got.pop("gpustack", None) != release:

@@ -1,9 +1,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Record what NVML answers on this host, for replay by plugins/module_utils/nvml_replay.py.
 
-    python3 scripts/record_nvml.py -o tests/fixtures/nvml/myhost.json      # on a GPU host, needs nvidia-ml-py
-    python3 scripts/record_nvml.py --convert raw.json -o converted.json    # an early raw recording
-    python3 scripts/record_nvml.py -o h.json --power-samples 60 --power-interval 0.5   # + a power series
+    python3 tools/record_nvml.py -o tests/fixtures/nvml/myhost.json      # on a GPU host, needs nvidia-ml-py
+    python3 tools/record_nvml.py --convert raw.json -o converted.json    # an early raw recording
+    python3 tools/record_nvml.py -o h.json --power-samples 60 --power-interval 0.5   # + a power series
 
 Records every answer the inventory needs, per device and per ordered device pair, including errors
 (as {"error": "NotSupported"}): a replay must refuse what the hardware refused. Only stdlib and
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
         with open(args.convert, encoding="utf-8") as handle:
             body = convert(json.load(handle))
         provenance = (f"recorded on real hardware by an early raw probe ({os.path.basename(args.convert)}), "
-                      f"converted by scripts/record_nvml.py --convert on {now}. {args.note}").strip()
+                      f"converted by tools/record_nvml.py --convert on {now}. {args.note}").strip()
         meta = {"converted_from": os.path.basename(args.convert)}
     else:
         try:
@@ -241,7 +241,7 @@ def main(argv=None) -> int:
         except pynvml.NVMLError as exc:
             print(f"record_nvml.py: NVML failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
-        provenance = f"recorded on real hardware by scripts/record_nvml.py on {now}. {args.note}".strip()
+        provenance = f"recorded on real hardware by tools/record_nvml.py on {now}. {args.note}".strip()
         meta = {"recorded_at": now, "host": platform.node(), "kernel": platform.release(),
                 "python": platform.python_version(),
                 "nvidia_ml_py": getattr(pynvml, "__version__", None) or _dist_version("nvidia-ml-py")}

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Render the power report (power.md, power.png) from the facts playbooks/power.yml collected.
 
-    python scripts/power_report.py --facts REPORT_DIR/power-idle.json [--facts REPORT_DIR/power-loaded.json] \
+    python roles/power/files/power_report.py --facts REPORT_DIR/power-idle.json [--facts REPORT_DIR/power-loaded.json] \
         --out-dir REPORT_DIR [--check]
 
 Each facts file is {"phase": "idle"|"loaded", "hosts": {host: <the `power` result of pairserve.llm.gpu_power>}}.
