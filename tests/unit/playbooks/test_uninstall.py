@@ -27,11 +27,12 @@ CONFIRM_CHECK = "pairserve.llm.uninstall : Validating arguments against arg spec
 
 # The roles that change the nodes, so need a way back; each of the others only checks or reports, with the reason.
 INSTALLS = {"checkpoint", "controller", "firewall", "gpustack_install", "gpustack_server", "gpustack_worker",
-            "node_venv", "replica", "route", "runner_image", "server_backup", "verify"}
+            "maintenance", "node_venv", "replica", "route", "runner_image", "server_backup", "verify"}
 READ_ONLY = {
     "bench": "measures through the route; reports on the controller",
     "power": "samples the GPUs' power; reports on the controller",
     "preflight": "checks only",
+    "uninstall": "checks before the removals, reports what was kept after them",
 }
 # Roles whose installs uninstall keeps on purpose (first-install.md, "Uninstall": the distribution packages).
 KEPT = {
@@ -40,6 +41,9 @@ KEPT = {
 # Day-2 flows: what they change is the other roles' (their absent entry points remove it).
 FLOWS = {
     "rebuild": "registrations (role replica) and the pairs record, which role replica's absent entry point removes",
+    "rotation": "the server's secrets and TLS files (role gpustack_server's), the workers' CA (role gpustack_worker's)",
+    "upgrade": "the installs of roles gpustack_install, gpustack_server, gpustack_worker and replica, which their absent "
+               "entry points remove",
 }
 
 
@@ -135,7 +139,7 @@ def test_a_limit_is_refused_before_any_host_is_contacted():
 def test_the_removals_come_in_order():
     order = [("controller", "absent"), ("route", "absent"), ("replica", "absent"), ("runner_image", "absent"),
              ("gpustack_server", "absent_api_keys"), ("verify", "absent"), ("gpustack_worker", "absent"),
-             ("server_backup", "absent"), ("gpustack_server", "absent"),
+             ("maintenance", "absent"), ("server_backup", "absent"), ("gpustack_server", "absent"),
              ("gpustack_install", "absent"), ("node_venv", "absent"), ("checkpoint", "absent"),
              ("firewall", "absent")]  # last: nothing of the service is left on the node to guard
     positions = [position(role, entry) for role, entry in order]
@@ -158,7 +162,8 @@ def test_the_removals_come_in_order():
 
 
 def test_every_role_that_installs_something_has_an_absent_entry_point_the_playbook_runs():
-    roles = {path.name for path in (REPO / "roles").iterdir() if (path / "tasks" / "main.yml").exists()}
+    # every role, with or without a main entry point (maintenance and upgrade have none)
+    roles = {path.name for path in (REPO / "roles").iterdir() if (path / "tasks").is_dir()}
     known = INSTALLS | set(READ_ONLY) | set(KEPT) | set(FLOWS)
     assert roles == known, "classify the new role(s): %s" % sorted(roles ^ known)
     run = {role for role, entry in imported_entry_points() if entry == "absent"}
