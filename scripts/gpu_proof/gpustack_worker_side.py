@@ -9,7 +9,7 @@ command its vLLM backend builds for a replica the collection registers (docs/gpu
 
     python gpustack_worker_side.py seed-checkpoint DIR OUT.json
         Writes the seed checkpoint's small files (config.json, hf_quant_config.json, tokenizer and processor files as
-        lab/checkpoint_repo.py makes them: a qwen3_5 hybrid with a vision tower and an MTP head, NVFP4) into
+        tests/support/checkpoint_repo.py makes them: a qwen3_5 hybrid with a vision tower and an MTP head, NVFP4) into
         DIR, no weights, and the checkpoint facts the checkpoint role would set for it (hub.describe_checkpoint) into
         OUT.json as {"pairserve_checkpoint": {...}} for ansible-playbook -e @OUT.json.
 
@@ -304,7 +304,7 @@ def cmd_argv(replica_file, out):
 def cmd_seed_checkpoint(directory, out):
     sys.path.insert(0, str(HERE.parents[1]))
     # pylint: disable=import-outside-toplevel
-    from lab import checkpoint_repo
+    from support import checkpoint_repo
 
     from ansible_collections.pairserve.llm.plugins.module_utils import hub
 

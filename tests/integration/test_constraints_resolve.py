@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 from support.scripts import load
 
 resolver = load(REPO / "tools" / "resolve_constraints.py", "resolve_constraints")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml, nvml_replay
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 from lab.api import lab_pins
 
 NVML = REPO / "tests" / "fixtures" / "nvml"

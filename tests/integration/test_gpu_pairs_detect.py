@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 # Builds a real venv (about 25 s of CPU): integration-tier cost, hence the marker.
 pytestmark = pytest.mark.slow

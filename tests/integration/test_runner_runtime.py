@@ -18,8 +18,8 @@ import uuid
 import pytest
 import yaml
 
-from lab.ansible_runner import REPO, run_playbook
-from lab.ports import free_port
+from support.ansible_runner import REPO, run_playbook
+from support.ports import free_port
 
 PAIRS = {"pairs": [{"uuids": ["GPU-11111111-2222-3333-4444-555555555555",
                               "GPU-66666666-7777-8888-9999-000000000000"]}]}

@@ -47,7 +47,7 @@ from pathlib import Path
 import yaml
 
 from lab import pins, tools_archive
-from lab.ports import address_in_use, free_port
+from support.ports import address_in_use, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"

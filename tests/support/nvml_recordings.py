@@ -12,7 +12,7 @@ import pynvml
 import yaml
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml_replay
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 
 NVML = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
 H200_RECORDING = NVML / "h200-recording-2026-12-01.json"

@@ -20,7 +20,7 @@ def parse_recap(text: str) -> dict | None:
     return {host: {k: int(v) for k, v in _COUNTER.findall(fields)} for host, fields in _HOST_LINE.findall(tail)}
 
 
-# -- the structured results: the pairserve_results callback's JSON lines (lab/callback_plugins) ----------------
+# -- the structured results: the pairserve_results callback's JSON lines (tests/support/callback_plugins) ----------------
 
 _RECAP_KEYS = ("ok", "changed", "unreachable", "failed", "skipped", "ignored")
 _INCLUDES = {"include_tasks", "include_role", "include"}

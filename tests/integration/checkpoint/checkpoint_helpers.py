@@ -6,7 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from lab.checkpoint_repo import COMMIT_A, REPO_ID
+from support.checkpoint_repo import COMMIT_A, REPO_ID
 
 PRIVATE_REPO = "pairserve-test/private-checkpoint"
 PRIVATE_TOKEN = "hf_pairserve_test_token"

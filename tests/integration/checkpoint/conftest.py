@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.checkpoint_repo import checkpoint_repo, single_shard_repo
-from lab.fakehub import FakeHub
+from support.checkpoint_repo import checkpoint_repo, single_shard_repo
+from support.fakehub import FakeHub
 
 from checkpoint_helpers import BIG_REPO, BIG_SHARD, PRIVATE_REPO, PRIVATE_TOKEN
 

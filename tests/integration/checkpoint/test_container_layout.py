@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from checkpoint_helpers import repo_dir, snap, snapshot_args
-from lab.ansible_runner import REPO, run_module
-from lab.checkpoint_repo import COMMIT_A, checkpoint_repo
+from support.ansible_runner import REPO, run_module
+from support.checkpoint_repo import COMMIT_A, checkpoint_repo
 
 FILES_A = checkpoint_repo().commits[COMMIT_A].files
 # Reads every file below /model and prints {path: [kind, sha256 or error]}.

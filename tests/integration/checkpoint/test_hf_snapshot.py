@@ -9,9 +9,9 @@ import subprocess
 import time
 
 from checkpoint_helpers import BIG_REPO, PRIVATE_REPO, PRIVATE_TOKEN, repo_dir, snap, snapshot_args, tree
-from lab import ansible_runner
-from lab.ansible_runner import run_module
-from lab.checkpoint_repo import COMMIT_A, COMMIT_B, LFS_FILES, checkpoint_repo
+from support import ansible_runner
+from support.ansible_runner import run_module
+from support.checkpoint_repo import COMMIT_A, COMMIT_B, LFS_FILES, checkpoint_repo
 
 REPO = checkpoint_repo()
 FILES_A = REPO.commits[COMMIT_A].files

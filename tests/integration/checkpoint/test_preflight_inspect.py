@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from checkpoint_helpers import tree
-from lab.ansible_runner import run_playbook
-from lab.checkpoint_repo import COMMIT_A, REPO_ID, checkpoint_repo, config, files
-from lab.fakehub import Commit, FakeHub, HubFile, Repo
+from support.ansible_runner import run_playbook
+from support.checkpoint_repo import COMMIT_A, REPO_ID, checkpoint_repo, config, files
+from support.fakehub import Commit, FakeHub, HubFile, Repo
 
 NO_TOKENIZER = "pairserve-test/no-tokenizer"
 SHORT = "pairserve-test/short-context"

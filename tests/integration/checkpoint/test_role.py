@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from checkpoint_helpers import repo_dir, snap, tree
-from lab.ansible_runner import run_playbook
-from lab.checkpoint_repo import COMMIT_A, LFS_FILES, REPO_ID, checkpoint_repo
+from support.ansible_runner import run_playbook
+from support.checkpoint_repo import COMMIT_A, LFS_FILES, REPO_ID, checkpoint_repo
 
 PLAY = Path(__file__).with_name("role_play.yml")
 INVENTORY = Path(__file__).with_name("inventory.yml")

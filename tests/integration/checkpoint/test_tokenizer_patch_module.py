@@ -7,8 +7,8 @@ import json
 import os
 
 from checkpoint_helpers import sha256, snap, snapshot_args
-from lab.ansible_runner import run_module
-from lab.checkpoint_repo import COMMIT_A, COMMIT_B, checkpoint_repo
+from support.ansible_runner import run_module
+from support.checkpoint_repo import COMMIT_A, COMMIT_B, checkpoint_repo
 
 FILES_A = checkpoint_repo().commits[COMMIT_A].files
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from faults_helpers import COUNTS, SEED, SHARD_BYTES, SHARD_REPO, tokenizer_repo
-from lab.checkpoint_repo import single_shard_repo
-from lab.fakehub import FakeHub
+from support.checkpoint_repo import single_shard_repo
+from support.fakehub import FakeHub
 from support.gpustack_server import gpustack_server_fixture
 
 # Not shared with tests/integration/gpustack: this one is broken on purpose, and it stops with its module.

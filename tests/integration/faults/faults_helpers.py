@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from lab.checkpoint_repo import config, tokenizer_config_json, tokenizer_json
-from lab.fakehub import Commit, HubFile, Repo
+from support.checkpoint_repo import config, tokenizer_config_json, tokenizer_json
+from support.fakehub import Commit, HubFile, Repo
 from support.forwarding_proxy import Forwarded, ForwardingProxy
 
 REPO = Path(__file__).resolve().parents[3]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 
 
 def wait_for(predicate, timeout: float = 60, what: str = "condition"):

@@ -13,7 +13,7 @@ import pytest
 
 from gpustack_helpers import four_steps
 from lab import pins
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from support.gpustack_models import config_only_checkpoint
 from support.gpustack_models import model_args as registration
 

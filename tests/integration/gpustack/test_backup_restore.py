@@ -45,9 +45,9 @@ import pytest
 
 from gpustack_helpers import wait_for
 from lab import pins
-from lab.ansible_runner import REPO, run_module, run_playbook
+from support.ansible_runner import REPO, run_module, run_playbook
 from support.gpustack_models import config_only_checkpoint, model_args
-from lab.ports import free_port
+from support.ports import free_port
 from support.gpustack_server import Postgres, ensure_venv
 from support.recap import parse_recap
 

@@ -32,8 +32,8 @@ import pytest
 
 from gpustack_helpers import wait_for
 from lab import pins
-from lab.ansible_runner import REPO, run_module, run_playbook
-from lab.ports import free_port
+from support.ansible_runner import REPO, run_module, run_playbook
+from support.ports import free_port
 from support.gpustack_server import _clean_env, ensure_venv
 from support.local_http import LocalServer, QuietHandler
 from support.recap import parse_recap

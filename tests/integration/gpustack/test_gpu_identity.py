@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 from support.gpustack_server import ensure_venv
 from support.nvml_recordings import four_h200_minors
 

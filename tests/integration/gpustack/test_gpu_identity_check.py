@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml, nvml_replay
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 from support.gpustack_server import ADMIN_PASSWORD, GpuStackServer
 
 RECORDING = REPO / "tests" / "fixtures" / "nvml" / "node-a-2x5080.json"

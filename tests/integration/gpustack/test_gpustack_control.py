@@ -9,8 +9,8 @@ import urllib.request
 import pytest
 
 from gpustack_helpers import four_steps
-from lab.ansible_runner import run_module, run_playbook
-from lab.ports import free_port
+from support.ansible_runner import run_module, run_playbook
+from support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import pytest
 
 from gpustack_helpers import four_steps, wait_for
 from lab import pins
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from support.gpustack_models import config_only_checkpoint, model_args
 
 pytestmark = pytest.mark.slow

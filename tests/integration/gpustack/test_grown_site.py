@@ -25,7 +25,7 @@ import yaml
 
 from ansible_collections.pairserve.llm.plugins.module_utils import _bench_measure, bench_weights, replica_names
 from lab import pins
-from lab.ansible_runner import REPO, run_module, run_playbook
+from support.ansible_runner import REPO, run_module, run_playbook
 from support.recap import parse_recap
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ import urllib.request
 import pytest
 
 from lab import pins
-from lab.ansible_runner import REPO, run_module, run_playbook
+from support.ansible_runner import REPO, run_module, run_playbook
 from support.recap import parse_recap
 
 pytestmark = [pytest.mark.slow]

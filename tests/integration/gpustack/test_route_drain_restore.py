@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from support.gpustack_models import config_only_checkpoint, model_args
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ import re
 import pytest
 import yaml
 
-from lab.ansible_runner import run_module, run_playbook
+from support.ansible_runner import run_module, run_playbook
 from support.gpustack_models import config_only_checkpoint, model_args
 from support.recap import parse_recap
 

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from lab import pins
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from support.gpustack_server import ensure_venv
 from support.container_cli import fake_runtime
 

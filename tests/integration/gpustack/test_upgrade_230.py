@@ -28,8 +28,8 @@ import pytest
 from gpustack_helpers import four_steps
 from support import gpustack_server as gs
 from lab import pins
-from lab.ports import free_port
-from lab.ansible_runner import run_module
+from support.ports import free_port
+from support.ansible_runner import run_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.upgrade]
 

@@ -23,7 +23,7 @@ import shutil
 import pytest
 from verify_helpers import by_check, verify, verify_result
 
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from lab.api import lab_pins
 from lab.vllm_server import tiny_model
 

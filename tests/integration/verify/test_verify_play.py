@@ -14,8 +14,8 @@ import pytest
 
 from verify_helpers import by_check, verify, verify_result
 
-from lab.ansible_runner import REPO, run_playbook
-from lab.ports import free_port
+from support.ansible_runner import REPO, run_playbook
+from support.ports import free_port
 from lab.vllm_server import tiny_model
 
 BENCH = REPO / "playbooks" / "bench.yml"

@@ -3,7 +3,7 @@ llm_verify result read back from the structured results."""
 
 from __future__ import annotations
 
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 VERIFY = REPO / "playbooks" / "verify.yml"
 

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from lab import tools_archive
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 from ansible_collections.pairserve.llm.plugins.module_utils import inventory_check  # noqa: E402
 

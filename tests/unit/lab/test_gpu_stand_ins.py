@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 
 def _load(path, name):

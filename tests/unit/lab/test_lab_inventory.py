@@ -8,7 +8,7 @@ import subprocess
 
 import yaml
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 LAB, EXAMPLE = REPO / "inventory" / "lab", REPO / "inventory" / "example"
 SECTION = "### Every variable the lab's inventory sets that a site's does not"

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 INVENTORY_ARG = re.compile(r"(?:-i|--inventory)[ =]+(inventory/\S*)")
 ALLOWED = re.compile(r"inventory/(mysite|lab|recorded/hosts\.yml)(/|\b)")

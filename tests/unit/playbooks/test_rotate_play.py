@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 ROTATE = REPO / "playbooks" / "rotate.yml"
 TAGS = ("management_key", "inference_key", "registration_token", "certificate")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 PLAYBOOKS = REPO / "playbooks"
 ROUTE_TASKS = REPO / "roles" / "route" / "tasks" / "scrape_targets.yml"

@@ -24,7 +24,7 @@ from cryptography.x509.oid import NameOID
 
 from ansible_collections.pairserve.llm.plugins.module_utils import status
 from lab import pins
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 from support.local_http import JsonStub, gpustack_page
 from support.recap import parse_recap
 

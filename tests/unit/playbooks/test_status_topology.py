@@ -9,7 +9,7 @@ import json
 import re
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml, nvml_replay, status
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 from support.nvml_recordings import derived_recording
 from test_status import EXPECTED, NODES, PASSED, STATUS, FakeGpuStack, cluster, inventory  # noqa: E402  pylint: disable=import-error
 

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 # The tasks that run whatever --tags selects, besides each role's argument check (Ansible tags it `always`).
 ALWAYS = {

@@ -18,7 +18,7 @@ import sys
 import pytest
 import yaml
 
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 PLAYBOOK = "playbooks/uninstall.yml"
 EXAMPLE = "inventory/example/hosts.yml"

@@ -10,7 +10,7 @@ import subprocess
 
 import yaml
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 from support import inventory_views
 
 WEAK_PASSWORD = "weak-admin-pw1"  # no upper-case letter, no special character GPUStack counts

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from lab import pins
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import problems, report  # noqa: E402
 from support.inventory_views import GOOD_VIEW, GROUPS
@@ -305,7 +305,7 @@ def test_the_check_plays_of_control_plane_stop_every_host_on_one_failure():
 # -- one GPU in at most one replica across hosts ---------------------------------------------------------------------
 
 from ansible_collections.pairserve.llm.plugins.module_utils.inventory_check import gpu_conflicts, ready_worker_gpus  # noqa: E402
-from lab.ansible_runner import run_playbook  # noqa: E402
+from support.ansible_runner import run_playbook  # noqa: E402
 
 
 def _pairs(*groups):

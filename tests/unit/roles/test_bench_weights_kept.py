@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from ansible_collections.pairserve.llm.plugins.module_utils import routes
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 # node-a's two pairs measured alike: the route role splits a host's weight evenly (31/30).
 MEASURED = {"qwen-node-a": 31, "qwen-node-a-p1": 30, "qwen-node-b": 39}

@@ -13,7 +13,7 @@ import re
 import pytest
 import yaml
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 CONDITION_KEYS = {"when", "that", "failed_when", "changed_when", "until"}
 

@@ -11,7 +11,7 @@ import re
 
 import yaml
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 # What only the layout's owner may spell: the repository folder rule and the names inside it.
 LAYOUT = re.compile(r"models--|replace\(\s*['\"]/['\"]\s*,\s*['\"]--['\"]\s*\)|restart-pending|/export/|/snapshots/")

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from ansible_collections.pairserve.llm.plugins.plugin_utils import controller_wheel
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 from pairserve_controller import cli, config, service
 from pairserve_controller import policy as pp
 from support.controller_ini import REPLICA_SECTIONS

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 from support.local_http import JsonStub
 from support.maintenance_plan import PLAN_TASK, plan_vars
 

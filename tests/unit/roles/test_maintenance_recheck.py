@@ -11,7 +11,7 @@ answering nothing."""
 
 from __future__ import annotations
 
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 from support.local_http import JsonStub
 from support.maintenance_plan import PLAN_TASK, plan_vars
 

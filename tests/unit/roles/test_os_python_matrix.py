@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from lab import pins
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 # A site's pins: the example inventory's versions and runner image (its placeholders replaced by valid values).
 PINS = {

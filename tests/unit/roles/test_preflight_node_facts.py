@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from ansible_collections.pairserve.llm.plugins.module_utils import node_ports
-from lab.ansible_runner import REPO, run_module, run_playbook
-from lab.ports import free_port
+from support.ansible_runner import REPO, run_module, run_playbook
+from support.ports import free_port
 
 HOLD = "import socket, sys, time\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen()\n" \
        "print(s.getsockname()[1], flush=True)\ntime.sleep(600)\n"

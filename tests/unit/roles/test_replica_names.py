@@ -8,7 +8,7 @@ registered (pairserve_replica_check_only).
 from __future__ import annotations
 
 from lab import pins
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 
 INVENTORY = """
 all:

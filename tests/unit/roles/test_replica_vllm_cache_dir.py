@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from lab import pins
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 
 PAIR = {"index": 0, "uuids": ["GPU-a", "GPU-b"], "gpustack_gpu_indexes": [0, 1], "memory_total_mib": 16303,
         "compute_capability": "12.0"}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 A, B = "GPU-5080a000-0000-4000-8000-000000000001", "GPU-5080a000-0000-4000-8000-000000000002"
 C, D = "GPU-5080a000-0000-4000-8000-000000000003", "GPU-5080a000-0000-4000-8000-000000000004"

@@ -15,7 +15,7 @@ import time
 import pytest
 import yaml
 
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 DIGEST = "sha256:" + "1" * 64
 NAME = "docker.io/gpustack/runner:cuda12.9-vllm0.25.1"

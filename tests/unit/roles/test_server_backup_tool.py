@@ -22,7 +22,7 @@ import tarfile
 
 import pytest
 
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 TOOL = REPO / "roles" / "server_backup" / "files" / "pairserve_server_backup.py"
 

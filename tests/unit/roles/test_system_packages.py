@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 PRESENT = ["git", "make"]
 ABSENT = "cowsay"

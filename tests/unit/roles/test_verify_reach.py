@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 from support.local_http import JsonStub, gpustack_page
 
 REACH_TASK = {"name": "Ask where GPUStack reaches each replica", "ansible.builtin.include_role": {

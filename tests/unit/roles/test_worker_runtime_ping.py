@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 
 class _Ping(http.server.BaseHTTPRequestHandler):

@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 DEFAULTS = REPO / "roles" / "gpustack_worker" / "defaults" / "main.yml"
 

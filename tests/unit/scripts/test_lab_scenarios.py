@@ -8,7 +8,7 @@ import subprocess
 
 import yaml
 
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 
 def _molecule_day2() -> set:

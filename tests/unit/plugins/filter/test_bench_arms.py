@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ansible_collections.pairserve.llm.plugins.module_utils._bench_measure import compare
 from ansible_collections.pairserve.llm.plugins.module_utils._bench_report import render_summary_markdown, summarize
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 
 
 def _m(decode, conc):

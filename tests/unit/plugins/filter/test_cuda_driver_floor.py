@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import cuda
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 
 @pytest.mark.parametrize("image,version", [

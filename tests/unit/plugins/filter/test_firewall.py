@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import firewall
-from lab.ansible_runner import REPO, run_local_play
+from support.ansible_runner import REPO, run_local_play
 
 TEMPLATE = REPO / "roles" / "firewall" / "templates" / "pairserve-firewall.nft.j2"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import gpu_identity, nvml, nvml_replay
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 from support.local_http import JsonStub, gpustack_page
 from support.nvml_recordings import four_h200_minors
 

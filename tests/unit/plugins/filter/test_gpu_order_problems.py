@@ -19,7 +19,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.pairserve.llm.plugins.filter.gpu_identity import FilterModule
 from ansible_collections.pairserve.llm.plugins.module_utils import gpu_identity, nvml, nvml_replay
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 from support.nvml_recordings import derived_recording, four_h200_minors, swap_pci_location
 
 REPO = Path(__file__).resolve().parents[4]

@@ -10,7 +10,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.pairserve.llm.plugins.filter.gpustack_url import gpustack_server, gpustack_url
-from lab.ansible_runner import REPO, run_playbook
+from support.ansible_runner import REPO, run_playbook
 
 SERVER_DEFAULTS = REPO / "roles" / "gpustack_server" / "defaults" / "main.yml"  # the ports' one owner
 

@@ -15,7 +15,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.pairserve.llm.plugins.filter.maintenance import FilterModule
 from ansible_collections.pairserve.llm.plugins.module_utils import maintenance, nvml, nvml_replay
 from ansible_collections.pairserve.llm.plugins.modules.gpustack_worker_maintenance import wanted_maintenance
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 REPO = Path(__file__).resolve().parents[4]
 NVML = REPO / "tests" / "fixtures" / "nvml"

@@ -3,7 +3,7 @@ addresses to ask for each instance, then, from uri's results over them, the node
 
 from __future__ import annotations
 
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 WORKERS = [{"id": 1, "name": "node-a", "ip": "10.0.0.1", "port": 10150},
            {"id": 2, "name": "node-b", "ip": "10.0.0.2", "advertise_address": "node-b.lan", "port": 10170}]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.pairserve.llm.plugins.module_utils import rebuild
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 MIB = 1048576
 GPUS = [{"index": 1, "uuid": "GPU-b", "name": "NVIDIA GeForce RTX 5080", "memory_total_mib": 16303,

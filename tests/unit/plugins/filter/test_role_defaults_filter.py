@@ -5,7 +5,7 @@ else the worker role's default."""
 
 from __future__ import annotations
 
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 
 def test_the_filter_gives_a_roles_defaults_and_names_a_bad_role(tmp_path):

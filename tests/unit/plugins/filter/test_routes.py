@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import routes
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 SEED = {"node-a": [{"name": "qwen-node-a", "profile": "text"}], "node-b": [{"name": "qwen-node-b", "profile": "text"}]}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import scrape_targets as st
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 SERVER = {"host": "node-a", "address": "192.0.2.10"}
 NODES = {"node-b": {"address": "192.0.2.11", "metrics_port": 10151},

@@ -6,7 +6,7 @@ One playbook run (~10 s) covers all three; the refusal is caught by block/rescue
 from __future__ import annotations
 
 from lab import pins
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 
 PLAY = """
 - name: Render vLLM arguments

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.plugin_utils import role_defaults
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 
 def _show(name):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from lab.ansible_runner import REPO, run_local_play
+from support.ansible_runner import REPO, run_local_play
 
 from ansible_collections.pairserve.llm.plugins.module_utils import container_runtime as cr
 

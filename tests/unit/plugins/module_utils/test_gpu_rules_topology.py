@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import nvml, nvml_replay
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 from support.nvml_recordings import derived_recording
 
 REPO = Path(__file__).resolve().parents[4]

@@ -15,7 +15,7 @@ from huggingface_hub.hf_api import RepoFile, RepoFolder
 from huggingface_hub.utils import filter_repo_objects
 
 from ansible_collections.pairserve.llm.plugins.module_utils import hub
-from lab import checkpoint_repo
+from support import checkpoint_repo
 
 PATHS = ["config.json", "tokenizer.json", "model-00001-of-00003.safetensors", "vision/encoder.safetensors",
          "vision/config.json", "README.md", ".gitattributes"]

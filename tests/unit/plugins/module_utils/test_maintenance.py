@@ -6,7 +6,7 @@ that tests/unit/plugins/filter/test_maintenance.py (recorded hosts) does not rea
 from __future__ import annotations
 
 from ansible_collections.pairserve.llm.plugins.module_utils import maintenance, routes
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 PATTERN = "^qwen-node-b(-p[0-9]+)?$"
 

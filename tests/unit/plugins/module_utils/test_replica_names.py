@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import replica_names as naming
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 REPO = Path(__file__).resolve().parents[4]
 

@@ -18,7 +18,7 @@ from ansible_collections.pairserve.llm.plugins.module_utils._openai_failures imp
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import GpuStackClient, GpuStackError
 from ansible_collections.pairserve.llm.plugins.module_utils.urls_session import CaPathError
 from lab import tls
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from support.local_http import QuietHandler, send_json
 
 KEY = "sk-test-tls"

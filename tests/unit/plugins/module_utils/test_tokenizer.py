@@ -11,7 +11,7 @@ import os
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import tokenizer as tok
-from lab import checkpoint_repo
+from support import checkpoint_repo
 
 
 def changed_lines(before: str, after: str) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from lab import tools_archive
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 from ansible_collections.pairserve.llm.plugins.module_utils import worker_tools  # noqa: E402
 

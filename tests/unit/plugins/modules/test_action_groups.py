@@ -10,7 +10,7 @@ import re
 
 import yaml
 
-from lab.ansible_runner import REPO, run_local_play
+from support.ansible_runner import REPO, run_local_play
 from support.local_http import JsonStub, gpustack_page
 
 MODULES = REPO / "plugins" / "modules"

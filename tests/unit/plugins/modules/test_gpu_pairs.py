@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.module_utils import gpu_identity
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from support.nvml_recordings import derived_recording, play_over_recordings, set_minor_numbers, swap_pci_location
 
 REPO = Path(__file__).resolve().parents[4]

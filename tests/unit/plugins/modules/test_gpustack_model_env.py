@@ -15,7 +15,7 @@ import posixpath
 import pytest
 
 from lab import pins
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from support.local_http import JsonStub, gpustack_page
 
 from ansible_collections.pairserve.llm.plugins.module_utils.gpustack import (

@@ -8,7 +8,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 
 from ansible_collections.pairserve.llm.plugins.filter.checkpoint_paths import checkpoint_paths
 from ansible_collections.pairserve.llm.plugins.module_utils import hub

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 
 
 def test_bench_module_refuses_bad_input_before_any_request(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 
 
 @pytest.mark.parametrize("args, message", [

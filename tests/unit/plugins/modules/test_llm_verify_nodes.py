@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from support.local_http import JsonStub, gpustack_page
 
 

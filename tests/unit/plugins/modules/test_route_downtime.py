@@ -10,7 +10,7 @@ import time
 from http.server import ThreadingHTTPServer
 
 from ansible_collections.pairserve.llm.plugins.module_utils import downtime
-from lab.ansible_runner import run_local_play, run_module
+from support.ansible_runner import run_local_play, run_module
 from support.local_http import QuietHandler, send_json
 
 KEY = "sk-test-route-downtime"

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from lab import pins
-from lab.ansible_runner import run_module
+from support.ansible_runner import run_module
 from support.container_cli import fake_runtime
 
 from ansible_collections.pairserve.llm.plugins.module_utils.runner_catalogue import (  # noqa: E402

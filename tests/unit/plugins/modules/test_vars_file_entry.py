@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ansible_collections.pairserve.llm.plugins.module_utils import vars_file
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 
 WEIGHTS = {"node-a": 61, "node-b": 39}
 FILE = """---

@@ -14,7 +14,7 @@ import zipfile
 import pytest
 
 from ansible_collections.pairserve.llm.plugins.plugin_utils import controller_wheel as cw
-from lab.ansible_runner import run_local_play
+from support.ansible_runner import run_local_play
 
 MODULE_UTILS = "ansible_collections/pairserve/llm/plugins/module_utils/"
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from ansible_collections.pairserve.llm.plugins.plugin_utils import role_defaults as _role_defaults
-from lab.ansible_runner import REPO
+from support.ansible_runner import REPO
 
 
 def test_the_defaults_are_the_roles_file_and_a_copy():

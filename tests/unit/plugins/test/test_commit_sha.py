@@ -10,7 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.pairserve.llm.plugins.filter.commit_help import commit_help
 from ansible_collections.pairserve.llm.plugins.module_utils import hub, inventory_check
 from ansible_collections.pairserve.llm.plugins.test.commit_sha import commit_sha, hf_repo_id
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

@@ -2,7 +2,7 @@
 
 Every module run goes through `ansible localhost -m pairserve.llm.<module>` (AnsiballZ packing,
 argument_spec validation, check mode and diff handling all run for real); the raw result, diff
-included, comes back through the recording callback in lab/callback_plugins.
+included, comes back through the recording callback in tests/support/callback_plugins.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CALLBACKS = Path(__file__).resolve().parent / "callback_plugins"
 

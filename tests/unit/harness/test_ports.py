@@ -1,4 +1,4 @@
-"""lab/ports.py: free ports come from below the kernel's ephemeral range and are really free; a held port is never
+"""tests/support/ports.py: free ports come from below the kernel's ephemeral range and are really free; a held port is never
 handed out; a server log that says EADDRINUSE is recognised (the retry in tests/support/gpustack_server.py)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from lab import ports
+from support import ports
 
 
 def test_ports_come_from_the_band_below_the_ephemeral_range_and_can_be_bound():

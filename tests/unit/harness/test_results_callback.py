@@ -1,4 +1,4 @@
-"""The test-only callback lab/callback_plugins/pairserve_results.py through a real ansible-playbook run on localhost,
+"""The test-only callback tests/support/callback_plugins/pairserve_results.py through a real ansible-playbook run on localhost,
 and the reader the lab's suites assert with (support.recap.TaskResults, support.lab_suite.results): what each JSON
 line holds (host, task, action, status, role, task file, module args, handlers), that what no_log hides stays out
 of the file, and that the recap counted from the lines is the PLAY RECAP Ansible printed."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab.ansible_runner import run_playbook
+from support.ansible_runner import run_playbook
 from support.lab_suite import results
 from support.recap import TaskResults, items, module_args, parse_recap
 

@@ -18,7 +18,7 @@ import json
 import random
 import struct
 
-from lab.fakehub import Commit, HubFile, Repo
+from support.fakehub import Commit, HubFile, Repo
 
 REPO_ID = "orcarouter/Qwen3.8-27B-Uncensored-NVFP4"
 COMMIT_A = hashlib.sha1(b"pairserve checkpoint commit A").hexdigest()
