@@ -210,6 +210,23 @@ use_pins() {  # use_pins previous|next: the scenario's pins file becomes the lab
   mv "$upgrade_pins.tmp" "$upgrade_pins"
 }
 
+broken_runner_image() {  # broken_runner_image <replica image>: localhost/pairserve-vllm-cpu:broken, built on it
+  local dir=$state/broken-image
+  mkdir -p "$dir"
+  cat >"$dir/vllm" <<'SH'
+#!/bin/sh
+# The lab's broken runner image (scripts/lab.sh upgrade): it tells its vLLM version and cannot serve.
+case "${1:-}" in
+  --version|-v) exec /opt/vllm/bin/python -c 'import sys; from vllm.entrypoints.cli.main import main; sys.argv[0] = "vllm"; sys.exit(main())' "$@" ;;
+esac
+echo "pairserve lab: this runner image cannot serve (the upgrade scenario's broken image)" >&2
+exit 1
+SH
+  chmod 0755 "$dir/vllm"
+  printf 'FROM %s\nCOPY vllm /opt/vllm/bin/vllm\n' "$1" >"$dir/Containerfile"
+  lab_podman build -q -t localhost/pairserve-vllm-cpu:broken "$dir" >/dev/null
+}
+
 server_version() {  # the version GPUStack's server answers on /version, without the leading v; empty if none
   python - <<'PY' 2>/dev/null || true
 import json, urllib.request
@@ -307,10 +324,11 @@ day2_upgrade() {
          "pairserve_runner_image_digest": ""}'
   echo "$day2_steps" >"$dir/steps"
   if [ "$day2_steps" = all ]; then
-    # A runner image that exists but cannot serve (the pause image under another name): the replica is drained,
-    # registered with it, rolled out, fails verification, and is put back exactly as it was. A local image, by name
-    # (no digest: the previous pins' digest in upgrade_pins.yml is the registry image's, not this one's).
-    lab_podman tag localhost/pairserve-runtime:pause localhost/pairserve-vllm-cpu:broken
+    # A runner image that tells the pinned vLLM and cannot serve: the lab's replica image whose `vllm serve` exits
+    # at once (an image without vLLM is refused before the drain by the runner image's version check). The replica
+    # is drained, registered with it, rolled out, fails verification, and is put back exactly as it was. A local
+    # image, by name (no digest: the previous pins' digest in upgrade_pins.yml is the registry image's).
+    broken_runner_image "$(pairserve_vllm_cpu_image "$(pairserve_pin inventory/lab/upgrade/previous.yml pairserve_vllm_version)")" || return
     # the same image in the Docker engine node-b deploys through
     lab_podman save localhost/pairserve-vllm-cpu:broken | lab_docker load >/dev/null
     echo "=== lab upgrade: a runner image that cannot serve (expected: drained, verified, rolled back)"
