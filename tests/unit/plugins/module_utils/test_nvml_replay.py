@@ -29,8 +29,8 @@ def device(index: int, **answers) -> dict:
 
 
 def write(tmp_path, devices, **top) -> str:
-    recording = {"format": nvml_replay.FORMAT, "system": {"DriverVersion": "580.95.05", "NVMLVersion": "13.580.95.05",
-                                                           "CudaDriverVersion": 13000}, "devices": devices}
+    system = {"DriverVersion": "580.95.05", "NVMLVersion": "13.580.95.05", "CudaDriverVersion": 13000}
+    recording = {"format": nvml_replay.FORMAT, "system": system, "devices": devices}
     recording.update(top)
     path = tmp_path / "recording.json"
     path.write_text(json.dumps(recording))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ssl
 import threading
 from http.server import ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
