@@ -14,8 +14,8 @@ speeds (playbooks/controller.yml). This script then only watches GPUStack's rout
            capacities; a split of capacities always lies between the prefill ratio and the decode ratio;
         2. a backlog sent straight to the slow replica (not through the route, as another route or a client
            pinned to it would): its weight must fall, then come back once the backlog is gone;
-        3. the same on the fast replica, with as many more requests at a time as it decodes faster (the same queued
-           seconds);
+        3. the same on the fast replica (each backlog is sized from the replica's decode speed to about the
+           controller's horizon of queued work);
         4. a mixed load through the route while the controller steers: no request may fail.
         Every phase's weight trace, timings and load summaries go to --result (JSON).
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -119,13 +120,15 @@ def stop_load(args, name: str, proc, log) -> dict:
     return json.loads((args.dir / (name + ".json")).read_text())
 
 
-def backlog_concurrency(base: int, speed: dict, replica: str) -> int:
-    """The backlog's concurrency for ``replica``: ``base`` on the slow replica, and as many times that as the replica
-    decodes faster, so that each backlog is about the same queued seconds (what the controller weighs). With the
-    same concurrency the fast replica's queue stayed within a tick or two of work, and its weight fell by no more
-    than the dead band, or not at all."""
-    ratio = float(speed[replica]["decode_tps"]) / float(speed[SLOW]["decode_tps"])
-    return max(base, int(round(base * ratio)))
+def backlog_concurrency(base: int, speed: dict, replica: str, horizon: float, max_tokens: int) -> int:
+    """The backlog's concurrency for ``replica``: enough requests at a time that its queued work is about the
+    controller's horizon (``c`` requests of ``max_tokens`` outputs, half of them decoded on average, at the replica's
+    decode speed), and never less than ``base``. The queued seconds are then alike on both replicas whatever their
+    speeds: with one concurrency for both, the fast replica's queue stayed within a tick of work and its weight fell
+    by the dead band at most, and after the upgrade to vLLM 0.27.1 (a faster slow replica) the slow one's fell short
+    of half its share."""
+    decode = float(speed[replica]["decode_tps"])
+    return max(base, int(math.ceil(2.0 * float(horizon) * decode / float(max_tokens))))
 
 
 def backlog_phase(args, trace: Trace, key: str, replica: str, idle: dict, min_change: int, concurrency: int) -> dict:
@@ -156,6 +159,7 @@ def backlog_phase(args, trace: Trace, key: str, replica: str, idle: dict, min_ch
 def demo(args) -> int:
     settings = yaml.safe_load(args.vars.read_text())
     min_change = int(settings.get("pairserve_controller_min_change", 5))
+    horizon = float(settings["pairserve_controller_horizon"])
     speed = {r["name"]: r for r in settings["pairserve_controller_replicas"]}
     args.dir.mkdir(parents=True, exist_ok=True)
     keys = read_keys()
@@ -187,7 +191,8 @@ def demo(args) -> int:
               % (idle, result["idle_after_s"], FAST, low, high), flush=True)
         # 2. and 3. A backlog on each replica in turn.
         result["backlogs"] = [backlog_phase(args, trace, mgmt, name, idle, min_change,
-                                            backlog_concurrency(args.backlog_concurrency, speed, name))
+                                            backlog_concurrency(args.backlog_concurrency, speed, name, horizon,
+                                                                args.backlog_max_tokens))
                               for name in (SLOW, FAST)]
         # 4. Mixed load through the route while the controller steers.
         proc, log = start_load(args, "route", "http://127.0.0.1:30080", ROUTE, args.route_concurrency,
@@ -231,7 +236,7 @@ def main() -> int:
     # Twice the lab profile's 8 sequences, so requests wait on the replica as well as run.
     dp.add_argument("--backlog-seconds", type=float, default=60)
     dp.add_argument("--backlog-concurrency", type=int, default=16,
-                    help="the slow replica's backlog concurrency; the fast one's is scaled by its decode speed")
+                    help="the least backlog concurrency; each replica's is raised to about the horizon's work")
     dp.add_argument("--backlog-prompt-words", type=int, default=300)
     dp.add_argument("--backlog-max-tokens", type=int, default=96)
     dp.add_argument("--route-concurrency", type=int, default=6)
