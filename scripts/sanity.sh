@@ -5,7 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # One directory per checkout: two checkouts' runs at once (a CI clone beside a working copy) must not delete
 # each other's copy and venv half-way.
-dest=${SANITY_DIR:-/tmp/pairserve-sanity-$(pwd | sha1sum | cut -c1-10)}/ansible_collections/pairserve/llm
+base=${SANITY_DIR:-/tmp/pairserve-sanity-$(pwd | sha1sum | cut -c1-10)}
+dest=$base/ansible_collections/pairserve/llm
+# The copy (and the venv ansible-test makes in it) is this run's only: removed when the run ends, however it ends.
+trap 'rm -rf "$base/ansible_collections"; rmdir "$base" 2>/dev/null || true' EXIT
 rm -rf "$dest" && mkdir -p "$dest"
 git ls-files -z --cached --others --exclude-standard | rsync -a --ignore-missing-args --from0 --files-from=- ./ "$dest/"
 cd "$dest"
