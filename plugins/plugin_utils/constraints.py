@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-FILES = Path(__file__).resolve().parents[2] / "roles" / "gpustack_install" / "files"
+from ansible_collections.pairserve.llm.plugins.plugin_utils.role_defaults import ROLES
+
+FILES = ROLES / "gpustack_install" / "files"
 _HOLDS = re.compile(r"^gpustack-(?P<release>\d+\.\d+\.\d+)\.constraints\.txt\Z")
 _PYTHON = re.compile(r"^py(?P<minor>3\.\d+)\Z")
 

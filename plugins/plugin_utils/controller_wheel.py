@@ -24,8 +24,9 @@ import zipfile
 from pathlib import Path
 
 from ansible_collections.pairserve.llm.plugins.module_utils._files import atomic_write
+from ansible_collections.pairserve.llm.plugins.plugin_utils.role_defaults import ROLES
 
-COLLECTION = Path(__file__).resolve().parents[2]
+COLLECTION = ROLES.parent
 PACKAGE = COLLECTION / "roles" / "controller" / "files" / "pairserve_controller"
 NAME = "pairserve-controller"
 MODULE_UTILS = "ansible_collections.pairserve.llm.plugins.module_utils"
