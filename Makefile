@@ -35,7 +35,7 @@ integration-upgrade: caches ## GPUStack 2.2.3 -> 2.3.0 on one database: data, ke
 	bash scripts/pytest.sh -m upgrade tests/integration/gpustack/test_upgrade_230.py
 
 lab-test: deps ## the lab end to end: up (figures), the idempotence proof, the testinfra suite against it, down, nothing left behind
-	bash scripts/lab.sh test
+	.venv/bin/python -m lab test
 
 molecule: deps ## every molecule scenario in podman containers (default = the control plane alone, private network)
 	bash scripts/build_caches.sh gpustack
@@ -47,7 +47,7 @@ release-check: deps ## build + install the tarball, ansible-doc, a play from the
 docs: deps ## regenerate docs/reference/ from argument_specs and module documentation
 	.venv/bin/python scripts/gen_docs.py
 
-# The lab test runs molecule/default's testinfra suite against the lab, a superset of that scenario (same node
+# The lab test runs the default testinfra suite (lab/scenarios/default/tests) against the lab, a superset of molecule/default (same node
 # image, inventory and control-plane play, plus serving), so CI does not converge the control plane twice.
 test: lab-free deps ## the whole test suite (what CI runs): lint sanity unit integration lab-test release-check, the caches built beside lint and sanity
 	bash scripts/test.sh
@@ -62,10 +62,10 @@ lab-free: ## refuse at once when a lab from `make lab` is up (make test needs fr
 	fi
 
 lab: deps ## the main job on its embedded default: the local lab
-	bash scripts/lab.sh up
+	.venv/bin/python -m lab up
 
 bench: caches ## the instrument: the bench play's measurement against `vllm bench serve` on one CPU vLLM
 	.venv/bin/python benchmarks/bench_vs_vllm_bench.py
 
 lab-down: deps ## tear the lab down
-	bash scripts/lab.sh down
+	.venv/bin/python -m lab down

@@ -1,5 +1,5 @@
 """GPUStack's API on the running lab, its keys, the route and the replica containers: what the lab's scripts
-(lab/sleep_wake.py, lab/queue_weights.py) and the lab's test suites (molecule/*/tests) share.
+(lab/sleep_wake.py, lab/queue_weights.py) and the lab's test suites (lab/scenarios/*/tests) share.
 
 The lab shares the host's network, so GPUStack on node-a answers on 127.0.0.1:30080 (its plain port, which node-a's
 table leaves to the node itself while the lab serves HTTPS on 30443 with its own CA, LAB_CA); the keys are read
@@ -20,17 +20,17 @@ REPO = Path(__file__).resolve().parents[1]
 API = os.environ.get("PAIRSERVE_LAB_API", "http://127.0.0.1:30080")
 NODE_A = os.environ.get("PAIRSERVE_NODE_A", "pairserve-lab-node-a")
 STATE = REPO / ".lab"
-# The CA lab/tls.py made for this lab (inventory/lab/group_vars/all/tls.yml), and the HTTPS front's URL.
+# The CA lab/tls.py made for this lab (lab/inventory/group_vars/all/tls.yml), and the HTTPS front's URL.
 LAB_CA = STATE / "tls" / "ca.crt"
 HTTPS_API = os.environ.get("PAIRSERVE_LAB_HTTPS_API", "https://127.0.0.1:30443")
-SERVING = (REPO / "inventory" / "lab" / "group_vars" / "all" / "serving.yml").read_text()
+SERVING = (REPO / "lab" / "inventory" / "group_vars" / "all" / "serving.yml").read_text()
 ROUTE = re.search(r"^pairserve_route_name: (\S+)", SERVING, re.M).group(1)
 WEIGHTS = {host: int(w) for host, w in re.findall(r"^  (node-[ab]): (\d+)$", SERVING, re.M)}
 
 
 def lab_pins() -> dict:
     """The lab's pins as the plays see them: pins.yml (read by lab/pins.py, their one reader), the runner image's
-    Jinja reference to the vLLM pin rendered, and the digest scripts/lab.sh wrote after pushing the image to the lab
+    Jinja reference to the vLLM pin rendered, and the digest the lab wrote after pushing the image to the lab
     registry (group_vars/all/runner_digest.yml, read fresh: it changes while a suite runs)."""
     # PyYAML: only the lab suites need it.
     from lab import pins as lab_pin_files  # pylint: disable=import-outside-toplevel
@@ -81,11 +81,11 @@ def route_weights(key: str, route: str = ROUTE) -> dict:
             if t["route_id"] == routes[0]["id"]}
 
 
-# The engines the lab's workers start replicas through (scripts/lab.sh): podman's service and a Docker engine on
+# The engines the lab's workers start replicas through (lab/services.py): podman's service and a Docker engine on
 # the host; each node's inventory says which one its worker deploys through (pairserve_runner_runtime).
 ENGINES = {"podman": ["podman", "--url", "unix:///run/pairserve-lab/podman.sock"],
            "docker": ["docker", "-H", "unix:///run/pairserve-lab/docker.sock"]}
-LAB_INVENTORY = REPO / "inventory" / "lab"
+LAB_INVENTORY = REPO / "lab" / "inventory"
 
 
 def runtime_of(host: str) -> str:

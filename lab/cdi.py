@@ -7,8 +7,8 @@ each GPU of a replica, and podman resolves the names here. The lab's GPUs are re
 edits only set environment variables naming the device (PAIRSERVE_LAB_GPU_<index>=<UUID>, one key per device,
 since podman merges the edits of every requested device): the tests read them in each replica container to
 check it received its own pair's GPUs. No device node is created. Where the toolkit's spec mounts the host's
-nvidia-smi, this one mounts the lab's stand-in (lab/nvidia-smi), which prints the UUIDs those variables name; and
-it mounts lab/cuda-uuids, which enumerates the handed-over devices as CUDA would (PCI order from
+nvidia-smi, this one mounts the lab's stand-in (lab/stand_ins/nvidia-smi), which prints the UUIDs those variables
+name; and it mounts lab/stand_ins/cuda-uuids, which enumerates the handed-over devices as CUDA would (PCI order from
 PAIRSERVE_LAB_GPU_BUS_<index>, then CUDA_VISIBLE_DEVICES): the runner_image role's GPU container check runs it in
 the runner image where a real node's runs torch.
 
@@ -27,7 +27,7 @@ import sys
 CDI_VERSION = "0.5.0"
 
 
-# Where each spec mounts the lab's stand-in for CUDA's enumeration (lab/cuda-uuids; the lab inventory's
+# Where each spec mounts the lab's stand-in for CUDA's enumeration (lab/stand_ins/cuda-uuids; the lab inventory's
 # pairserve_runner_gpu_check_command runs it).
 CUDA_UUIDS_PATH = "/usr/local/bin/pairserve-lab-cuda-uuids"
 

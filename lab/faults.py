@@ -1,4 +1,4 @@
-"""The faults scenario's waits on the lab's GPUStack (scripts/lab.sh faults; molecule/faults):
+"""The faults scenario's waits on the lab's GPUStack (lab/scenarios/faults/steps.py; molecule/faults):
 
     python -m lab.faults wait-drained HOST [--timeout S]        until every route target of HOST's replicas in the
                                                                 lab's route has weight 0 (a drain took effect)

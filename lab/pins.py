@@ -3,17 +3,17 @@ that means "the pinned one" in the tests, the lab and the scripts comes from her
 
     from lab import pins
 
-    pins.GPUSTACK             # pairserve_gpustack_version of inventory/lab/group_vars/all/pins.yml (what the lab,
+    pins.GPUSTACK             # pairserve_gpustack_version of lab/inventory/group_vars/all/pins.yml (what the lab,
                               # the molecule nodes and the integration tier's GPUStack server install)
     pins.VLLM                 # pairserve_vllm_version of the same file (the lab's replicas, the rendered arguments)
     pins.RUNNER_IMAGE         # its pairserve_runner_image, the vLLM version filled in (127.0.0.1:5000/lab/vllm-cpu:...)
-    pins.PREVIOUS, pins.NEXT  # the upgrade scenario's pins (inventory/lab/upgrade/previous.yml, next.yml) as dicts
+    pins.PREVIOUS, pins.NEXT  # the upgrade scenario's pins (lab/inventory/upgrade/previous.yml, next.yml) as dicts
     pins.SERVE_VLLM           # the vLLM the integration tier serves on CPU: the upgrade's next pin (see below)
     pins.lab(), pins.upgrade("next"), pins.example(), pins.read(path)   # the whole files, parsed once
 
-Shell scripts read the same files through this module (scripts/lib/pins.sh: `pairserve_pin <file> <variable>`):
+Shell scripts read the same files through this module's command line (scripts/build_caches.sh's `pin`):
 
-    python lab/pins.py inventory/lab/group_vars/all/pins.yml pairserve_vllm_version   # prints 0.25.1
+    python lab/pins.py lab/inventory/group_vars/all/pins.yml pairserve_vllm_version   # prints 0.25.1
 
 A pin that names another one (`{{ pairserve_vllm_version }}`) is returned as written: the caller templates it.
 """
@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-LAB_PINS = REPO / "inventory" / "lab" / "group_vars" / "all" / "pins.yml"
-UPGRADE_DIR = REPO / "inventory" / "lab" / "upgrade"
+LAB_PINS = REPO / "lab" / "inventory" / "group_vars" / "all" / "pins.yml"
+UPGRADE_DIR = REPO / "lab" / "inventory" / "upgrade"
 EXAMPLE_PINS = REPO / "inventory" / "example" / "group_vars" / "all" / "pins.yml"
 
 
@@ -47,7 +47,7 @@ def read(path) -> dict:
 
 
 def read_fresh(path) -> dict:
-    """A file written while this process runs (scripts/lab.sh's runner_digest.yml): parsed again at every call."""
+    """A file written while this process runs (the lab's runner_digest.yml): parsed again at every call."""
     data = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(data, dict):
         raise PinError("%s is not a mapping of pins" % path)
@@ -63,12 +63,12 @@ def pin(path, name: str) -> str:
 
 
 def lab() -> dict:
-    """inventory/lab/group_vars/all/pins.yml: the default lab's pins (make lab, CI)."""
+    """lab/inventory/group_vars/all/pins.yml: the default lab's pins (make lab, CI)."""
     return read(LAB_PINS)
 
 
 def upgrade(step: str) -> dict:
-    """The upgrade scenario's pins: step "previous" or "next" (inventory/lab/upgrade/<step>.yml)."""
+    """The upgrade scenario's pins: step "previous" or "next" (lab/inventory/upgrade/<step>.yml)."""
     if step not in ("previous", "next"):
         raise ValueError("upgrade pins are 'previous' or 'next', not %r" % (step,))
     return read(UPGRADE_DIR / ("%s.yml" % step))
@@ -98,8 +98,8 @@ PREVIOUS = upgrade("previous")
 NEXT = upgrade("next")
 # The integration tier serves its tiny models with the CPU build of the upgrade scenario's next vLLM: that release
 # runs over the suite's torch 2.13.0 (scripts/build_vllm_cpu.sh `serve`), the lab's pinned one needs its own torch
-# and a 6 GB venv (scripts/build_vllm_cpu_serve.sh). `make caches` builds it; `scripts/lab.sh upgrade` makes the next
-# pins' replica image from the same venv.
+# and a 6 GB venv (scripts/build_vllm_cpu_serve.sh). `make caches` builds it; `python -m lab scenario upgrade` makes
+# the next pins' replica image from the same venv.
 SERVE_VLLM = pin(UPGRADE_DIR / "next.yml", "pairserve_vllm_version")
 
 

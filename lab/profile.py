@@ -1,4 +1,4 @@
-"""The lab's vLLM profile, read from the lab inventory, its one owner (inventory/lab/group_vars/all/serving.yml,
+"""The lab's vLLM profile, read from the lab inventory, its one owner (lab/inventory/group_vars/all/serving.yml,
 `pairserve_profiles.lab`): the lab's replicas, the integration tier's CPU vLLM servers and the unit tests that
 render it all use the same settings."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-SERVING = Path(__file__).resolve().parents[1] / "inventory" / "lab" / "group_vars" / "all" / "serving.yml"
+SERVING = Path(__file__).resolve().parents[1] / "lab" / "inventory" / "group_vars" / "all" / "serving.yml"
 
 
 def lab_profile(name: str = "lab", **overrides) -> dict:

@@ -1,15 +1,16 @@
 #!/usr/bin/env python
 """The lab's queue-aware weights demonstration of the controller (docs/queue-aware-weights.md).
 
-`scripts/lab.sh queue_weights` makes the lab's two CPU replicas differ in speed (node-b's replica container is held
-to a fraction of its core with `podman update --cpus`, as the seed's Ada pair is slower than the Blackwell
-pair), measures both with playbooks/bench.yml, and turns the controller on in weights mode with the measured
-speeds (playbooks/controller.yml). This script then only watches GPUStack's route and sends requests:
+`python -m lab scenario queue_weights` (lab/scenarios/queue_weights/steps.py) makes the lab's two CPU replicas differ
+in speed (node-b's replica container is held to a fraction of its core by its CPU quota, as the seed's Ada pair is
+slower than the Blackwell pair), measures both with playbooks/bench.yml, and turns the controller on in weights mode
+with the measured speeds (playbooks/controller.yml). This script then only watches GPUStack's route and sends
+requests:
 
-    lab_queue_weights.py speeds --bench RESULTS_JSON --base VARS_YML --out VARS_YML
+    python -m lab.queue_weights speeds --bench RESULTS_JSON --base VARS_YML --out VARS_YML
         the controller's settings for the lab with each replica's measured prefill tok/s and saturated decode
         tok/s from a bench run (the bench module's results.json)
-    lab_queue_weights.py demo --vars VARS_YML --dir DIR --result RESULT_JSON
+    python -m lab.queue_weights demo --vars VARS_YML --dir DIR --result RESULT_JSON
         1. idle: the route's weights leave the inventory's static 58/42 for the split of the measured
            capacities; a split of capacities always lies between the prefill ratio and the decode ratio;
         2. a backlog sent straight to the slow replica (not through the route, as another route or a client
@@ -124,9 +125,8 @@ def backlog_concurrency(base: int, speed: dict, replica: str, horizon: float, ma
     """The backlog's concurrency for ``replica``: enough requests at a time that its queued work is about the
     controller's horizon (``c`` requests of ``max_tokens`` outputs, half of them decoded on average, at the replica's
     decode speed), and never less than ``base``. The queued seconds are then alike on both replicas whatever their
-    speeds: with one concurrency for both, the fast replica's queue stayed within a tick of work and its weight fell
-    by the dead band at most, and after the upgrade to vLLM 0.27.1 (a faster slow replica) the slow one's fell short
-    of half its share."""
+    speeds: with one concurrency for both, the fast replica's queue stays within a tick of work and its weight falls
+    by the dead band at most, and a faster slow replica's weight falls short of half its share."""
     decode = float(speed[replica]["decode_tps"])
     return max(base, int(math.ceil(2.0 * float(horizon) * decode / float(max_tokens))))
 

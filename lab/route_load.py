@@ -3,7 +3,7 @@
 
     python -m lab.route_load --url http://127.0.0.1:30080 --model qwen --key-file KEYFILE \\
         --summary .lab/upgrade/load.json [--concurrency 2] [--max-seconds 1800] [--max-requests N]
-        [--follow-key-file] [--ca-file CA]
+        [--follow-key-file] [--ca-file CA] [--after-server-version V --server-restart FILE]
 
 Sends small chat completions (a short prompt, a few output tokens) back to back from --concurrency threads
 until SIGTERM/SIGINT, --max-seconds or --max-requests, like an application that keeps using the service while
@@ -15,6 +15,9 @@ time, and the longest gap between two answered requests that had failures in it 
 answer before it; its end, the first answer after it, null while it lasts; times in seconds since the epoch, as
 `date +%s.%N` gives them, so a scenario can measure from its own events), with the requests answered and failed
 from its end on; the last line on stdout says the same in words.
+With --after-server-version the loop first waits until the URL's /version answers that version (a server upgrade
+in progress: every request goes through GPUStack's server, so its restart is the route's one unavoidable gap) and
+writes to --server-restart how long the server answered nothing; the loop counts from the server's first answer on.
 The key is read from a file and never printed. Only the given URL is contacted.
 """
 
@@ -158,6 +161,29 @@ def write_summary(path: Path, summary: dict) -> None:
     os.replace(tmp, path)
 
 
+def wait_for_server_version(url: str, want: str, out: Path, timeout: float, stop: threading.Event) -> bool:
+    """Poll <url>/version until it answers `want` (a leading "v" ignored); write the restart's figures to `out`:
+    how long the server answered nothing, when the old version was last and the new one first seen (seconds from
+    the start). False, with the error in `out`, when it did not within `timeout` or the loop was stopped."""
+    start, last_old, down, seen = time.time(), None, None, None
+    while time.time() - start < timeout and not stop.is_set():
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/version", timeout=2) as resp:
+                seen = json.load(resp)["version"].lstrip("v")
+            if seen == want:
+                back = time.time()
+                write_summary(out, {"version": want, "server_unanswered_s": round(back - (down or back), 1),
+                                    "old_version_last_seen_s": round(last_old - start, 1) if last_old else None,
+                                    "new_version_first_seen_s": round(back - start, 1)})
+                return True
+            last_old = time.time()
+        except (OSError, ValueError, KeyError):
+            down = down or time.time()
+        stop.wait(0.5)
+    write_summary(out, {"error": "the server did not answer %s within %.0f s (last: %s)" % (want, timeout, seen)})
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--url", required=True, help="base URL of the OpenAI-compatible API (127.0.0.1 in the lab)")
@@ -176,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one request may take")
     parser.add_argument("--pause", type=float, default=0.2, help="seconds between two requests of one thread")
     parser.add_argument("--report-every", type=float, default=30.0)
+    parser.add_argument("--after-server-version", metavar="VERSION",
+                        help="first wait until <url>/version answers VERSION (a server restart), then count")
+    parser.add_argument("--server-restart", type=Path, help="with --after-server-version: the restart's figures")
     args = parser.parse_args(argv)
+    if args.after_server_version and not args.server_restart:
+        parser.error("--after-server-version needs --server-restart FILE")
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
     try:
@@ -197,6 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if args.after_server_version:
+        if not wait_for_server_version(args.url, args.after_server_version, args.server_restart,
+                                       args.max_seconds, stop):
+            print("route load: the server did not answer %s; see %s"
+                  % (args.after_server_version, args.server_restart), flush=True)
+            return 1
+        print("route load: %s answers %s; counting from here" % (args.url, args.after_server_version), flush=True)
     sent = [0]
     sent_lock = threading.Lock()
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The lab's sleep -> request -> wake demonstration of the controller (docs/controller.md), with the wake time measured.
 
-Run by `scripts/lab.sh sleep_wake` after playbooks/controller.yml turned the controller on in sleep mode (a
+Run by `python -m lab scenario sleep_wake` after playbooks/controller.yml turned the controller on in sleep mode (a
 short idle time) on the converged lab; it only watches GPUStack and sends requests:
 
 1. waits until the controller has put the sleep replica's route weight to 0 and scaled it to zero (no

@@ -2,7 +2,7 @@
 """Lab only: the CA and the server certificate the lab's GPUStack serves HTTPS with.
 
 A real site brings its own certificate (its CA, or a public one) in pairserve_gpustack_tls_cert / _key /
-_ca_file; the lab makes a private CA per lab (`scripts/lab.sh start`), so the tests cover the road a private CA
+_ca_file; the lab makes a private CA per lab (`python -m lab start`), so the tests cover the road a private CA
 takes: the workers trust it through the nodes' trust store, the verify and bench plays and the tests verify
 against it, and a client with another CA is refused. The lab's nodes share the host's network, so the server
 certificate names 127.0.0.1, localhost, node-a and every IPv4 address of this machine (an outsider on the LAN

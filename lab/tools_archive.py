@@ -2,8 +2,8 @@
 
 Real nodes are given the archive a user made once on a machine that reaches GitHub (the worker role copies it and
 loads it with `gpustack download-tools --load-archive`). The lab cannot reach GitHub, so it makes an archive of two
-stub executables (lab/gpustack-tools/) and the `versions.json` the pinned release checks, and its inventory names
-that archive: the worker role then takes the same road as on a real node. The bytes depend only on the inputs
+stub executables (lab/stand_ins/gpustack-tools/) and the `versions.json` the pinned release checks, and its inventory
+names that archive: the worker role then takes the same road as on a real node. The bytes depend only on the inputs
 (sorted entries, fixed owners and times, gzip without a timestamp), so a rebuilt archive is not a change.
 
     python3 -m lab.tools_archive <GPUStack version> <archive path>
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-TREE = Path(__file__).resolve().parent / "gpustack-tools"
+TREE = Path(__file__).resolve().parent / "stand_ins" / "gpustack-tools"
 TOOLS = ("fastfetch", "gguf-parser")
 
 

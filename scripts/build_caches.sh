@@ -8,11 +8,11 @@
 #     parser venv of the lab's pinned vLLM (argv checks)
 #   - the serving venv of the lab's pinned vLLM (for 0.25.1 its own torch 2.11 and torchvision: the image check's
 #     server, the lab's replicas)
-# Every version comes from the pins files (inventory/lab/group_vars/all/pins.yml, inventory/lab/upgrade/next.yml)
-# through scripts/lib/pins.sh.
+# Every version comes from the pins files (lab/inventory/group_vars/all/pins.yml, lab/inventory/upgrade/next.yml)
+# through lab/pins.py.
 #   - the tiny Qwen3 model overfit on the verification prompts, its untrained twin, the tiny Qwen2.5-VL model
 #   - the node image (Debian 12 + systemd) molecule and the lab run
-#   - the lab's replica image: the serving venv of the lab's pinned vLLM on the node image (scripts/lib/vllm-cpu-image.sh)
+#   - the lab's replica image: the serving venv of the lab's pinned vLLM on the node image (lab/images.py)
 # and last, identical files of the vLLM venvs hardlinked (scripts/dedupe_cache.py): the suite's disk is a budget too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,10 +38,11 @@ esac
 mkdir -p .cache
 exec 9>>".cache/build_caches.$group.lock"
 flock 9
-# shellcheck source=lib/pins.sh
-. scripts/lib/pins.sh
+# pin <file> <variable>: one pin, read by the pins' one reader (lab/pins.py).
+pin() { .venv/bin/python lab/pins.py "$@"; }
+lab_pins=lab/inventory/group_vars/all/pins.yml
 if [ "$group" = gpustack ]; then
-  gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
+  gpustack_version=$(pin $lab_pins pairserve_gpustack_version)
   phase "GPUStack $gpustack_version wheelhouse" bash tools/build_wheelhouse.sh "$gpustack_version"
   phase "controller wheels" bash tools/build_controller_wheels.sh
   # The integration tier's GPUStack (tests/support/gpustack_server.py, ensure_venv: once, under its own lock), which
@@ -49,13 +50,12 @@ if [ "$group" = gpustack ]; then
   phase "GPUStack $gpustack_version test venv" .venv/bin/python -c \
     'import sys; sys.path[:0] = ["tests", "."]; from support.gpustack_server import ensure_venv; ensure_venv(sys.argv[1])' \
     "$gpustack_version"
-  # shellcheck source=lib/podman-env.sh
-  . scripts/lib/podman-env.sh
-  phase "node image" pairserve_build_node_image
+  phase "node image" .venv/bin/python -m lab images node
 fi
 if [ "$group" = vllm ]; then
-  vllm_version=$(pairserve_lab_pin pairserve_vllm_version)
-  serve_vllm=$(pairserve_serve_vllm)
+  vllm_version=$(pin $lab_pins pairserve_vllm_version)
+  # the vLLM the integration tier serves on CPU (lab/pins.py SERVE_VLLM: the upgrade's next pin)
+  serve_vllm=$(pin lab/inventory/upgrade/next.yml pairserve_vllm_version)
   phase "vLLM $serve_vllm CPU venv" bash scripts/build_vllm_cpu.sh "$serve_vllm" serve
   phase "vLLM $vllm_version parser venv" bash scripts/build_vllm_cpu.sh "$vllm_version"
   phase "vLLM $vllm_version serving venv" bash scripts/build_vllm_cpu_serve.sh "$vllm_version"
@@ -70,15 +70,11 @@ if [ "$group" = lab ]; then
   # What `make lab` serves and nothing more (the integration tier's venvs are the other groups'): the nodes install
   # GPUStack from the wheelhouse, the replicas run the lab's pinned vLLM from its image, the hub serves the tiny
   # model (trained with the integration tier's vLLM venv when there is one, else with the lab's serving venv).
-  # shellcheck source=lib/podman-env.sh
-  . scripts/lib/podman-env.sh
-  # shellcheck source=lib/vllm-cpu-image.sh
-  . scripts/lib/vllm-cpu-image.sh
-  gpustack_version=$(pairserve_lab_pin pairserve_gpustack_version)
-  vllm_version=$(pairserve_lab_pin pairserve_vllm_version)
+  gpustack_version=$(pin $lab_pins pairserve_gpustack_version)
+  vllm_version=$(pin $lab_pins pairserve_vllm_version)
   phase "GPUStack $gpustack_version wheelhouse" bash tools/build_wheelhouse.sh "$gpustack_version"
-  phase "node image" pairserve_build_node_image
+  phase "node image" .venv/bin/python -m lab images node
   phase "vLLM $vllm_version serving venv" bash scripts/build_vllm_cpu_serve.sh "$vllm_version"
   phase "tiny model" .venv/bin/python scripts/build_tiny_model.py
-  phase "vLLM $vllm_version replica image" build_replica_image "$vllm_version"
+  phase "vLLM $vllm_version replica image" .venv/bin/python -m lab images replica "$vllm_version"
 fi

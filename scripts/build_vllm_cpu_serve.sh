@@ -8,7 +8,7 @@
 # the same package versions as their parser build (its freeze), over their own torch and the torchvision built
 # for it. torchvision is what vLLM's Qwen2.5-VL / Qwen3-VL model code imports; without it a vision checkpoint is
 # refused at start ("failed to be inspected": No module named 'torchvision'), so the image check's server needs it.
-# Users: the lab's replica images (scripts/lab.sh) and the integration tier's vision server (lab/vllm_server.py).
+# Users: the lab's replica images (lab/images.py) and the integration tier's vision server (lab/vllm_server.py).
 set -euo pipefail
 
 [ $# -eq 1 ] || { echo "usage: $0 <vllm-version, e.g. 0.25.1>" >&2; exit 2; }

@@ -2,7 +2,9 @@
 # Runs every molecule scenario (podman driver) with the podman settings this kind of host needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/lib/podman-env.sh
+# podman's settings for this kind of host (lab/host.py): the suites' testinfra reaches the nodes with podman.
+CONTAINERS_CONF=$(.venv/bin/python -m lab podman-conf)
+export CONTAINERS_CONF
 shopt -s nullglob
 scenarios=(molecule/*/molecule.yml)
 if [ ${#scenarios[@]} -eq 0 ]; then

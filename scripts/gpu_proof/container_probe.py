@@ -14,7 +14,7 @@
                                                           ask Docker for (pause, replica, health sidecar): each
                                                           setting alone, all together, the replica with the GPU;
                                                           first on runc, then with the OCI runtime wrapper W
-                                                          (scripts/lib/runc-no-negative-oom) as dockerd's default
+                                                          (lab/stand_ins/runc-no-negative-oom) as dockerd's default
                                                           runtime; plus the root's capabilities, decoded, and
                                                           whether it may lower an OOM score
 

@@ -246,7 +246,7 @@ if [ -x "$venv/bin/gpustack" ]; then
       >"$work/replica-spec.log" 2>&1
   record replica-spec "$?" "$(since "$t")"
   mkdir -p "$work/nvml-hook"
-  cp scripts/lib/nvml_sitecustomize.py "$work/nvml-hook/sitecustomize.py"
+  cp lab/stand_ins/nvml_sitecustomize.py "$work/nvml-hook/sitecustomize.py"
   cp plugins/module_utils/nvml_replay.py "$work/nvml-hook/nvml_replay.py"
   for node in node-a node-b; do
     case $node in

@@ -21,6 +21,9 @@ import yaml
 from support.ansible_runner import REPO, run_playbook
 from support.ports import free_port
 
+from lab import host as lab_host
+from lab import images as lab_images
+
 PAIRS = {"pairs": [{"uuids": ["GPU-11111111-2222-3333-4444-555555555555",
                               "GPU-66666666-7777-8888-9999-000000000000"]}]}
 
@@ -88,15 +91,13 @@ def test_a_runtime_that_does_not_answer_is_named(tmp_path):
 
 
 def _podman(*args):
-    """podman with the lab's settings for this machine (scripts/lib/podman-env.sh: a sandbox's limits)."""
-    return subprocess.run(["bash", "-c", 'source scripts/lib/podman-env.sh && podman "$@"', "podman", *args], cwd=REPO,
-                          capture_output=True, text=True, check=False, timeout=120)
+    """podman with the lab's settings for this machine (lab/host.py: a sandbox's limits)."""
+    return subprocess.run(["podman", *args], cwd=REPO, env=lab_host.environ(), capture_output=True, text=True,
+                          check=False, timeout=120)
 
 
 def _node_image():
-    return subprocess.run(["bash", "-c", "source scripts/lib/podman-env.sh && pairserve_build_node_image >&2 && "
-                                         "echo $PAIRSERVE_NODE_IMAGE"], cwd=REPO, capture_output=True, text=True,
-                          check=True, timeout=600).stdout.strip()
+    return lab_images.node_image()
 
 
 def test_the_uninstall_removes_the_workload_containers_the_worker_left_behind(tmp_path):

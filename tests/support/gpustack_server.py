@@ -52,14 +52,14 @@ from support.ports import address_in_use, free_port
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-DEFAULT_VERSION = pins.GPUSTACK  # the lab's pin (inventory/lab/group_vars/all/pins.yml)
+DEFAULT_VERSION = pins.GPUSTACK  # the lab's pin (lab/inventory/group_vars/all/pins.yml)
 ADMIN_PASSWORD = "pairserve-Test-pw1"
 API_KEY_VALUE = "pairserve-test-management-key-0001"
 CLUSTER_NAME = "pytest"
 WORKER_NAME = "node-test"
 # Tool versions each release's ToolsManager checks in third_party/bin/versions.json (a mismatch makes the worker
 # download the tool at start, offline: abort): the lab's table, one source for the lab and the suite.
-TOOL_VERSIONS_BY_GPUSTACK = yaml.safe_load((REPO / "lab" / "gpustack-tools" / "tool-versions.yml").read_text())
+TOOL_VERSIONS_BY_GPUSTACK = yaml.safe_load((REPO / "lab" / "stand_ins" / "gpustack-tools" / "tool-versions.yml").read_text())
 TOOL_VERSIONS = TOOL_VERSIONS_BY_GPUSTACK[DEFAULT_VERSION]
 # Bump when ensure_venv() changes what goes into the venv, so cached venvs are rebuilt.
 VENV_RECIPE = 1
@@ -359,7 +359,7 @@ class GpuStackServer:
             return {}
         replay = worker_dir / "nvml"
         replay.mkdir()
-        shutil.copy(REPO / "scripts" / "lib" / "nvml_sitecustomize.py", replay / "sitecustomize.py")
+        shutil.copy(REPO / "lab" / "stand_ins" / "nvml_sitecustomize.py", replay / "sitecustomize.py")
         shutil.copy(REPO / "plugins" / "module_utils" / "nvml_replay.py", replay / "nvml_replay.py")
         with open(self.nvml_recording, encoding="utf-8") as handle:
             self.gpu_count = len(json.load(handle)["devices"])
@@ -521,7 +521,7 @@ class RecordedWorker:
             "00000000-0000-4000-8000-%012d\n" % (int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % 10 ** 12))
         replay = self.root / "nvml"
         replay.mkdir()
-        shutil.copy(REPO / "scripts" / "lib" / "nvml_sitecustomize.py", replay / "sitecustomize.py")
+        shutil.copy(REPO / "lab" / "stand_ins" / "nvml_sitecustomize.py", replay / "sitecustomize.py")
         shutil.copy(REPO / "plugins" / "module_utils" / "nvml_replay.py", replay / "nvml_replay.py")
         self.gpu_count = len(json.loads(self.nvml_recording.read_text())["devices"])
         self.port = free_port()

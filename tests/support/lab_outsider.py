@@ -1,7 +1,7 @@
 """An outsider for the lab suites: a network namespace of its own, joined to the lab host by a veth pair and routed to
-the nodes' addresses as any machine on the LAN is (molecule/default/tests/test_firewall.py, and again after node-b's
-reboot in molecule/maintenance/tests). Its second address is a scrape source of node-a's table
-(inventory/lab/host_vars/node-a.yml)."""
+the nodes' addresses as any machine on the LAN is (lab/scenarios/default/tests/test_firewall.py, and again after node-b's
+reboot in lab/scenarios/maintenance/tests). Its second address is a scrape source of node-a's table
+(lab/inventory/host_vars/node-a.yml)."""
 
 from __future__ import annotations
 

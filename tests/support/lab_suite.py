@@ -1,4 +1,4 @@
-"""What the lab's test suites (molecule/*/tests) read from the runs scripts/lab.sh made: the structured task results
+"""What the lab's test suites (lab/scenarios/*/tests) read from the runs the lab made (`python -m lab`): the structured task results
 of each play (the pairserve_results callback's JSON lines, <name>.jsonl beside <name>.log), exit status files and
 the request loop's summaries. Assert on the results (what each module did and returned), not on the log's text:
 the log is for people, and its task titles and messages change. The lab itself is lab/api.py."""
@@ -21,7 +21,7 @@ def recap(log: Path) -> dict:
 
 
 def results(path: Path) -> TaskResults:
-    """The task results of one run scripts/lab.sh made: `path` is its .jsonl or its .log (the .jsonl beside it).
+    """The task results of one run the lab made: `path` is its .jsonl or its .log (the .jsonl beside it).
     A missing file fails the test (it never skips): the step did not run, or ran without the callback."""
     path = Path(path)
     jsonl = path.with_suffix(".jsonl") if path.suffix == ".log" else path
@@ -41,9 +41,9 @@ def load_summary(scenario_dir: Path) -> dict:
 
 
 def skip_unless_all_steps(scenario_dir: Path, what: str) -> None:
-    """Skip a check whose step `scripts/lab.sh test` leaves out (PAIRSERVE_LAB_DAY2_STEPS=core), saying so; the
+    """Skip a check whose step `python -m lab test` leaves out (PAIRSERVE_LAB_DAY2_STEPS=core), saying so; the
     scenario writes which steps it ran to <dir>/steps. A missing file is a scenario that did not run: fail."""
     steps = (scenario_dir / "steps").read_text().strip()
     if steps != "all":
         pytest.skip(f"{what}: not run by this lab run (PAIRSERVE_LAB_DAY2_STEPS={steps}, the default of "
-                    "`scripts/lab.sh test`; `scripts/lab.sh upgrade|hardware_swap` and `make molecule` run it)")
+                    "`python -m lab test`; `python -m lab scenario NAME` and `make molecule` run it)")

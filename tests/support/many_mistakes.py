@@ -1,6 +1,6 @@
 """The inventory with many mistakes at once (tests/fixtures/inventories/many-mistakes) and the (host, variable) of
 every mistake planted in it (its comments say which): the unit suite runs site.yml over it with no node at all,
-the lab suite layers it over the running lab (molecule/default/tests/test_validation_refused.py)."""
+the lab suite layers it over the running lab (lab/scenarios/default/tests/test_validation_refused.py)."""
 
 from __future__ import annotations
 

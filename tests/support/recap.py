@@ -1,6 +1,6 @@
 """What an ansible-playbook run did: the PLAY RECAP of its log, parsed, and the structured task results the
 pairserve_results callback writes (TaskResults). Shared by the integration tests (test_day2) and the lab's suites
-(molecule/*/tests through support.lab_suite). No testinfra or pytest here: integration tests import it too."""
+(lab/scenarios/*/tests through support.lab_suite). No testinfra or pytest here: integration tests import it too."""
 
 from __future__ import annotations
 

@@ -13,6 +13,9 @@ from checkpoint_helpers import repo_dir, snap, snapshot_args
 from support.ansible_runner import REPO, run_module
 from support.checkpoint_repo import COMMIT_A, checkpoint_repo
 
+from lab import host as lab_host
+from lab import images as lab_images
+
 FILES_A = checkpoint_repo().commits[COMMIT_A].files
 # Reads every file below /model and prints {path: [kind, sha256 or error]}.
 READER = r"""
@@ -35,14 +38,14 @@ pytestmark = pytest.mark.skipif(shutil.which("podman") is None,
 
 
 def podman(*args: str) -> subprocess.CompletedProcess:
-    script = 'source scripts/lib/podman-env.sh && pairserve_build_node_image >&2 && podman "$@"'
-    return subprocess.run(["bash", "-c", script, "podman", *args], cwd=REPO, capture_output=True, text=True,
+    """podman with the lab's settings for this machine (lab/host.py), on the lab's node image (built when missing)."""
+    lab_images.node_image()
+    return subprocess.run(["podman", *args], cwd=REPO, env=lab_host.environ(), capture_output=True, text=True,
                           timeout=600, check=False)
 
 
 def read_in_container(directory) -> dict:
-    image = subprocess.run(["bash", "-c", "source scripts/lib/podman-env.sh && echo $PAIRSERVE_NODE_IMAGE"],
-                           cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    image = lab_host.NODE_IMAGE
     proc = podman("run", "--rm", "--network", "none", "-v", "%s:/model:ro" % directory, image,
                   "python3", "-c", READER)
     assert proc.returncode == 0, proc.stderr[-3000:]

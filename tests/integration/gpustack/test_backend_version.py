@@ -20,7 +20,7 @@ from support.gpustack_models import model_args as registration
 pytestmark = pytest.mark.slow
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
-# The lab's pinned vLLM and runner image (inventory/lab/group_vars/all/pins.yml), by digest.
+# The lab's pinned vLLM and runner image (lab/inventory/group_vars/all/pins.yml), by digest.
 VLLM = pins.VLLM
 IMAGE = pins.RUNNER_IMAGE + "@" + DIGEST
 VERSION = VLLM + "-0123456789ab-custom"

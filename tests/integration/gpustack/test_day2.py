@@ -80,7 +80,7 @@ if action == "restart":
 '''
 
 # The node's container runtime, as far as runner_image asks it: the NVIDIA runtime as Docker's default, the runner
-# images of the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml) and the pinned pause and health images
+# images of the lab's pinned vLLM (lab/inventory/group_vars/all/pins.yml) and the pinned pause and health images
 # present (nothing else, nothing pulled), a runner image whose `vllm --version` prints the pinned vLLM (the
 # runner_image role's version check), and a GPU container whose CUDA sees, of the GPUs named in
 # NVIDIA_VISIBLE_DEVICES (what the NVIDIA runtime gives it, in PCI order), those CUDA_VISIBLE_DEVICES picks.

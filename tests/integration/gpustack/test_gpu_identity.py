@@ -32,7 +32,7 @@ REAL_RECORDING = NVML / "h200-recording-2026-12-01.json"
 def hook(tmp_path_factory):
     """The lab's NVML hook: sitecustomize installing the replay under the real nvidia-ml-py at interpreter start."""
     path = tmp_path_factory.mktemp("nvml-hook")
-    (path / "sitecustomize.py").write_text((REPO / "scripts" / "lib" / "nvml_sitecustomize.py").read_text())
+    (path / "sitecustomize.py").write_text((REPO / "lab" / "stand_ins" / "nvml_sitecustomize.py").read_text())
     (path / "nvml_replay.py").write_text((REPO / "plugins" / "module_utils" / "nvml_replay.py").read_text())
     return path
 

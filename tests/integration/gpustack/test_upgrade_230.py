@@ -33,7 +33,7 @@ from support.ansible_runner import run_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.upgrade]
 
-# The upgrade scenario's pins (inventory/lab/upgrade/previous.yml -> next.yml): the GPUStack each server and worker
+# The upgrade scenario's pins (lab/inventory/upgrade/previous.yml -> next.yml): the GPUStack each server and worker
 # runs and the vLLM each replica is registered with. The behaviour the tests below check (mixed weights refused,
 # 404 -> 503) was recorded on 2.2.3 -> 2.3.0 and is named so.
 OLD, NEW = pins.PREVIOUS["pairserve_gpustack_version"], pins.NEXT["pairserve_gpustack_version"]

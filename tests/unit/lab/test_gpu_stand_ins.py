@@ -1,6 +1,6 @@
-"""The lab's stand-ins at the GPU edge, on their own: CUDA's enumeration (lab/cuda-uuids), the NVIDIA runtime behind
-the lab's Docker engine (lab/nvidia-container-runtime) and the runc wrapper for this sandbox's root
-(scripts/lib/runc-no-negative-oom). The lab suites run them for real (molecule/default/tests/test_gpus.py,
+"""The lab's stand-ins at the GPU edge, on their own: CUDA's enumeration (lab/stand_ins/cuda-uuids), the NVIDIA runtime behind
+the lab's Docker engine (lab/stand_ins/nvidia-container-runtime) and the runc wrapper for this sandbox's root
+(lab/stand_ins/runc-no-negative-oom). The lab suites run them for real (lab/scenarios/default/tests/test_gpus.py,
 test_gpu_container_check.py); these pin their rules where a wrong rule would pass there unnoticed."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ def _load(path, name):
     return module
 
 
-cuda = _load("lab/cuda-uuids", "lab_cuda_uuids")
-nvidia = _load("lab/nvidia-container-runtime", "lab_nvidia_runtime")
-runc = _load("scripts/lib/runc-no-negative-oom", "lab_runc_wrapper")
+cuda = _load("lab/stand_ins/cuda-uuids", "lab_cuda_uuids")
+nvidia = _load("lab/stand_ins/nvidia-container-runtime", "lab_nvidia_runtime")
+runc = _load("lab/stand_ins/runc-no-negative-oom", "lab_runc_wrapper")
 
 A, B, C = "GPU-aaaa", "GPU-bbbb", "GPU-cccc"
 # handed over with NVML indexes whose order is not the PCI order
@@ -85,7 +85,7 @@ def test_the_runc_wrapper_keeps_only_what_this_root_may_grant(monkeypatch):
     assert process == {"oomScoreAdj": 0, "capabilities": {"bounding": ["CAP_SYS_ADMIN"], "effective": ["CAP_CHOWN"]}}
     assert runc.clamp(process) is False
     # the bounding set is read from this process
-    assert "CAP_CHOWN" in _load("scripts/lib/runc-no-negative-oom", "again").bounding_set()
+    assert "CAP_CHOWN" in _load("lab/stand_ins/runc-no-negative-oom", "again").bounding_set()
 
 
 def test_the_runc_wrapper_finds_exec_process_documents():

@@ -10,7 +10,7 @@ import yaml
 
 from support.ansible_runner import REPO
 
-LAB, EXAMPLE = REPO / "inventory" / "lab", REPO / "inventory" / "example"
+LAB, EXAMPLE = REPO / "lab" / "inventory", REPO / "inventory" / "example"
 SECTION = "### Every variable the lab's inventory sets that a site's does not"
 
 
@@ -27,7 +27,7 @@ def _hosts_vars(tree, out):
 
 
 def tracked(inventory):
-    """The inventory's files in git: the ones scripts/lab.sh writes while a lab runs (lab_hub.yml, runner_digest.yml)
+    """The inventory's files in git: the ones the lab writes while it runs (lab_hub.yml, runner_digest.yml)
     are not there on a fresh checkout."""
     out = subprocess.run(["git", "ls-files", "--", str(inventory.relative_to(REPO))], cwd=REPO, check=True,
                          capture_output=True, text=True).stdout
@@ -55,9 +55,9 @@ def test_every_variable_only_the_lab_sets_is_in_the_stand_in_list():
     listed = set(re.findall(r"`((?:ansible|pairserve)_[a-z0-9_]+)`", section))
     only_lab = names(LAB) - names(EXAMPLE)
     assert len(only_lab) > 20, only_lab
-    assert sorted(only_lab - listed) == [], "set by inventory/lab, not explained in docs/lab.md"
-    # and the list names nothing the lab no longer sets (scripts/lab.sh writes the hub's variables while it runs)
-    written = (REPO / "lab" / "hub.py").read_text(encoding="utf-8") + (REPO / "scripts" / "lab.sh").read_text(encoding="utf-8")
+    assert sorted(only_lab - listed) == [], "set by lab/inventory, not explained in docs/lab.md"
+    # and the list names nothing the lab no longer sets (the lab writes the hub's variables while it runs)
+    written = "".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "lab").rglob("*.py")))
     assert sorted(v for v in listed - only_lab if v not in written) == []
 
 

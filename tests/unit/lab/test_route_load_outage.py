@@ -1,5 +1,5 @@
-"""lab/route_load.py's outage figures, as the restore drill reads them (scripts/lab.sh restore): the longest time
-between two answered requests with failures in it, its start (the last answer before) and end (the first answer
+"""lab/route_load.py's outage figures, as the restore drill reads them (`python -m lab scenario restore`): the longest
+time between two answered requests with failures in it, its start (the last answer before) and end (the first answer
 after), the first and last failure's time, and what failed after it. Driven with a clock the test sets."""
 
 from __future__ import annotations

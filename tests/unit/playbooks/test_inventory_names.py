@@ -1,6 +1,6 @@
 """The docs and the playbooks' usage comments call the user's inventory by one name, inventory/mysite.
 
-Other inventories a command may name: the lab's (inventory/lab), the recorded hosts, which replay the seed's
+Other inventories a command may name: the lab's (lab/inventory), the recorded hosts, which replay the seed's
 GPUs and need no machine (inventory/recorded/hosts.yml), and the example only where it is run literally by a
 command that contacts no host (--list-tasks, --list-hosts, --syntax-check).
 """
@@ -55,7 +55,7 @@ def test_the_scan_reads_the_files_that_name_inventories():
     ("ansible-playbook --inventory=inventory/example/hosts.yml site.yml", ["inventory/example/hosts.yml"]),
     ("`-i inventory/mysite` (a forgotten -i targets no host)", []),
     ("ansible-playbook -i inventory/mysite/hosts.yml site.yml", []),
-    ("ansible-playbook -i inventory/lab/hosts.yml site.yml", []),
+    ("ansible-playbook -i lab/inventory/hosts.yml site.yml", []),
     ("ansible-playbook -i inventory/recorded/hosts.yml playbooks/detect.yml", []),
     ("ansible-playbook -i inventory/recordedx playbooks/detect.yml", ["inventory/recordedx"]),
     ("ansible-playbook -i inventory/example/hosts.yml site.yml --list-tasks --tags route", []),

@@ -4,7 +4,7 @@ changed (no GPUStack runs here: the guard comes first; the module's refusal of a
 closed port, where a later step would fail differently).
 
 The rotations themselves: tests/integration/gpustack/test_rotation.py (keys, against the session's GPUStack) and the
-lab scenario `rotate` (molecule/rotate/tests, every tag under the request loop)."""
+lab scenario `rotate` (lab/scenarios/rotate/tests, every tag under the request loop)."""
 
 from __future__ import annotations
 

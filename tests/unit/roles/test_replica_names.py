@@ -62,7 +62,7 @@ PLAY = """
         msg:
           specs: "{{ pairserve_replica_specs | map(attribute='name') | list }}"
           replicas: "{{ pairserve_replicas }}"
-""".replace("PINNED_VLLM", pins.VLLM)  # the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml)
+""".replace("PINNED_VLLM", pins.VLLM)  # the lab's pinned vLLM (lab/inventory/group_vars/all/pins.yml)
 
 
 def test_names_alone_match_the_rendered_replicas(tmp_path):

@@ -2,7 +2,7 @@
 through Ansible, with a `docker` stand-in on PATH: how the probe container is started (as GPUStack starts a replica:
 privileged, every GPU of the node, CUDA_VISIBLE_DEVICES = the pair's GPUStack indexes, PCI bus order) and what
 passes and fails for what CUDA inside reports. (The lab runs the same check with podman, CDI and the lab's stand-in
-for CUDA's enumeration: molecule/default/tests/test_gpu_container_check.py.)"""
+for CUDA's enumeration: lab/scenarios/default/tests/test_gpu_container_check.py.)"""
 
 from __future__ import annotations
 

@@ -1,13 +1,15 @@
 """The pins have one owner each (docs/architecture.md, "One owner per fact"): the inventories' pins.yml files.
 
-lab/pins.py reads them for the tests, the lab and the scripts' Python; scripts/lib/pins.sh reads them for the shell
-scripts through the same module. The product's one literal default (module_utils/vllm_args.py DEFAULT_VERSION, and
-the option defaults the plugins' documentation must spell out) is held to the example inventory's pin here.
+lab/pins.py reads them for the tests, the lab and the scripts' Python, and for the shell scripts through its command
+line (`python lab/pins.py FILE VARIABLE`). The product's one literal default (module_utils/vllm_args.py
+DEFAULT_VERSION, and the option defaults the plugins' documentation must spell out) is held to the example
+inventory's pin here.
 """
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,17 +64,18 @@ def test_product_defaults_are_the_example_pins():
 
 
 @pytest.mark.parametrize("pins_file,name", [
-    ("inventory/lab/group_vars/all/pins.yml", "pairserve_vllm_version"),
-    ("inventory/lab/group_vars/all/pins.yml", "pairserve_runner_image"),
-    ("inventory/lab/upgrade/next.yml", "pairserve_gpustack_version"),
+    ("lab/inventory/group_vars/all/pins.yml", "pairserve_vllm_version"),
+    ("lab/inventory/group_vars/all/pins.yml", "pairserve_runner_image"),
+    ("lab/inventory/upgrade/next.yml", "pairserve_gpustack_version"),
 ])
-def test_the_shell_reader_is_the_same_reader(pins_file, name):
-    out = subprocess.run(["bash", "-c", '. scripts/lib/pins.sh && pairserve_pin "$1" "$2"', "-", pins_file, name],
+def test_the_command_line_reader_is_the_same_reader(pins_file, name):
+    """What the shell scripts call (scripts/build_caches.sh: `python lab/pins.py FILE VARIABLE`)."""
+    out = subprocess.run([sys.executable, "lab/pins.py", pins_file, name],
                          cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == pins.read(REPO / pins_file)[name]
 
 
-def test_the_shell_reader_fails_loudly():
-    out = subprocess.run(["bash", "-c", ". scripts/lib/pins.sh && pairserve_lab_pin pairserve_nothing"],
+def test_the_command_line_reader_fails_loudly():
+    out = subprocess.run([sys.executable, "lab/pins.py", "lab/inventory/group_vars/all/pins.yml", "pairserve_nothing"],
                          cwd=REPO, capture_output=True, text=True, check=False)
     assert out.returncode != 0 and "has no pairserve_nothing" in out.stderr

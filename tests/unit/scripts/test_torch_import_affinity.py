@@ -1,4 +1,4 @@
-"""scripts/lib/torch_import_affinity.py: `import torch` runs on the CPUs of VLLM_CPU_OMP_THREADS_BIND, nothing else.
+"""lab/stand_ins/torch_import_affinity.py: `import torch` runs on the CPUs of VLLM_CPU_OMP_THREADS_BIND, nothing else.
 
 The lab's replica images load the hook from a .pth line; here it is imported the same way, first, in a fresh
 interpreter. The package it narrows is a stand-in named `torch` on a temporary path that records the CPUs it was
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-HOOK_DIR = Path(__file__).resolve().parents[3] / "scripts" / "lib"
+HOOK_DIR = Path(__file__).resolve().parents[3] / "lab" / "stand_ins"
 CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 PROBE = """

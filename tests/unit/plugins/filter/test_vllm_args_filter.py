@@ -34,7 +34,7 @@ PLAY = """
         - name: Report the refusal
           ansible.builtin.debug:
             msg: "{{ ansible_failed_result.msg }}"
-""" % pins.VLLM  # the lab's pinned vLLM (inventory/lab/group_vars/all/pins.yml)
+""" % pins.VLLM  # the lab's pinned vLLM (lab/inventory/group_vars/all/pins.yml)
 
 
 def test_filters_render_warn_and_refuse_in_a_play(tmp_path):

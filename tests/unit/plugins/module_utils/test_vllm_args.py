@@ -17,7 +17,7 @@ from lab.profile import lab_profile
 
 REPO = Path(__file__).resolve().parents[4]
 
-# The vLLM the lab pins (inventory/lab/group_vars/all/pins.yml): what the guard rails and the lab profile are checked
+# The vLLM the lab pins (lab/inventory/group_vars/all/pins.yml): what the guard rails and the lab profile are checked
 # on. The seed's goldens and the per-release rules below name their releases: they are facts about those releases.
 PINNED = pins.VLLM
 

@@ -86,7 +86,7 @@ def runtime_holding(tmp_path, images):
 
 
 DIGEST = "sha256:" + "cd" * 32
-PINNED = pins.RUNNER_IMAGE + "@" + DIGEST  # the lab's runner image (inventory/lab/group_vars/all/pins.yml)
+PINNED = pins.RUNNER_IMAGE + "@" + DIGEST  # the lab's runner image (lab/inventory/group_vars/all/pins.yml)
 LOCAL_TAG = "localhost/pairserve-vllm-cpu:" + pins.VLLM  # the lab's build of it before the push
 HELD = "127.0.0.1:5000/lab/vllm-cpu@" + DIGEST
 

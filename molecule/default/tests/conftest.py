@@ -1,4 +1,0 @@
-"""molecule/default's fixtures: the outsider (a host outside the site, for the firewall's tests). The import path is
-molecule/conftest.py's."""
-
-from support.lab_outsider import outsider  # noqa: F401  pylint: disable=unused-import
