@@ -42,7 +42,7 @@ def workload_containers(node: str | None = None) -> list[tuple[str, str]]:
     found = []
     for engine in ENGINES:
         sep = ":" if engine == "podman" else "="
-        found += [(engine, cid) for cid, _, labels in _listing(engine) if marker + sep in labels]
+        found += [(engine, row[0]) for row in _listing(engine) if marker + sep in row[2]]
     return found
 
 

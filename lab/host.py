@@ -196,8 +196,7 @@ def alive(pidfile: Path) -> bool:
     if pid is None:
         return False
     try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-        if waited == pid:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
             return False
     except ChildProcessError:
         pass

@@ -167,7 +167,7 @@ KEY=$(podman exec pairserve-lab-node-a cat /etc/pairserve/secrets/inference-api-
                 failures.append("%s: %d left behind, %d gone" % (node, len(left), len(gone)))
         # On the host: no replica container of the workers, no listener of GPUStack or a replica, no pinned image,
         # no firewall table; nginx's tree is kept as the package's, the collection's site in it is not.
-        found = ["replica container %s" % cid for _, cid in engines.workload_containers()]
+        found = ["replica container %s" % row[1] for row in engines.workload_containers()]
         found += ["listener %s" % addr for addr in listeners() if _SERVING_LISTENERS.search(addr)]
         # The engines' stores outlive a lab (a cache, like the registry's): an image an earlier lab pulled is not this
         # run's to remove, so only the pinned images the fresh nodes' engines did not hold count.
@@ -346,7 +346,7 @@ def leftovers() -> list[str]:
     proc = host.podman("ps", "-a", "--format", "{{.Names}}", "--filter", "label=org.pairserve.lab=true",
                        check=False, capture=True)
     found += ["container %s" % n for n in proc.stdout.split()]
-    found += ["container %s" % cid for _, cid in engines.workload_containers()]
+    found += ["container %s" % row[1] for row in engines.workload_containers()]
     for path in [STATE, host.RUN_DIR, host.DATA_DIR, host.HUB_VARS, host.UPGRADE_PINS, host.DIGEST_VARS,
                  *host.CDI_DIR.glob("pairserve-lab-*.json")]:
         if path.exists():
