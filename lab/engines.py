@@ -77,7 +77,13 @@ def cpu_quota(name: str, quota_us: int) -> None:
     (`podman update --cpus` sets it but cannot lift it again)."""
     proc = host.lab_podman("inspect", "--format", "{{.Id}}", name, check=False, capture=True)
     if proc.returncode != 0:
-        proc = host.lab_docker("inspect", "--format", "{{.Id}}", name, capture=True)
+        proc = host.lab_docker("inspect", "--format", "{{.Id}}", name, check=False, capture=True)
+    if proc.returncode != 0:
+        if quota_us == -1:
+            # Gone (its engine removed it, or GPUStack started the replica again): nothing holds a quota any more.
+            host.say("lab: %s is gone: no CPU quota to lift" % name)
+            return
+        raise host.LabError("no container %s in the lab's engines" % name)
     cid = proc.stdout.strip()
     files = sorted(glob.glob("/sys/fs/cgroup/cpu/**/*%s*/cpu.cfs_quota_us" % cid, recursive=True))
     if not files:

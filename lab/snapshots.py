@@ -37,20 +37,21 @@ def site_shape(models: list, routes: list, targets: list, api_keys: list, worker
                           for i in instances}}
 
 
-def site(path: Path) -> None:
-    """The site snapshot into `path` (JSON), read with the management key from node-a; LabError when GPUStack or the
-    key cannot be read."""
+def gpustack(what: str, *paths: str) -> list[list]:
+    """The items of each of GPUStack's list endpoints `paths`, read with the management key from node-a; LabError
+    naming `what` when GPUStack or the key cannot be read."""
     try:
         key = read_keys()["management"]
-        models = items("/v2/models", key)
-        routes = items("/v2/model-routes", key)
-        targets = items("/v2/model-route-targets", key)
-        api_keys = items("/v2/api-keys", key)
-        workers = items("/v2/workers", key)
-        instances = items("/v2/model-instances", key)
+        return [items(api_path, key) for api_path in paths]
     except (OSError, AssertionError, ValueError, KeyError, subprocess.CalledProcessError) as err:
-        raise host.LabError("site snapshot %s: GPUStack could not be read: %s" % (path, err)) from err
-    Path(path).write_text(json.dumps(site_shape(models, routes, targets, api_keys, workers, instances), indent=1))
+        raise host.LabError("%s: GPUStack could not be read: %s" % (what, err)) from err
+
+
+def site(path: Path) -> None:
+    """The site snapshot into `path` (JSON); LabError when GPUStack or the key cannot be read."""
+    listed = gpustack("site snapshot %s" % path, "/v2/models", "/v2/model-routes", "/v2/model-route-targets",
+                      "/v2/api-keys", "/v2/workers", "/v2/model-instances")
+    Path(path).write_text(json.dumps(site_shape(*listed), indent=1))
 
 
 def site_or_say(path: Path) -> bool:

@@ -13,11 +13,9 @@ route weights, and when node-b's container started).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from lab import host
-from lab.api import items, read_keys
+from lab import host, snapshots
 from lab.scenarios import Scenario
 
 REBOOTS = host.RUN_DIR / "reboot"
@@ -37,14 +35,8 @@ def maintenance_shape(models: list, instances: list, workers: list, targets: lis
 
 def maintenance_snapshot(path: Path) -> None:
     started = host.output(["podman", "inspect", "--format", "{{.State.StartedAt}}", host.container("node-b")])
-    try:
-        key = read_keys()["management"]
-        models = items("/v2/models", key)
-        instances = items("/v2/model-instances", key)
-        workers = items("/v2/workers", key)
-        targets = items("/v2/model-route-targets", key)
-    except (OSError, AssertionError, ValueError, KeyError, subprocess.CalledProcessError) as err:
-        raise host.LabError("maintenance snapshot %s: GPUStack could not be read: %s" % (path, err)) from err
+    models, instances, workers, targets = snapshots.gpustack(
+        "maintenance snapshot %s" % path, "/v2/models", "/v2/model-instances", "/v2/workers", "/v2/model-route-targets")
     Path(path).write_text(json.dumps(maintenance_shape(models, instances, workers, targets, started), indent=1))
 
 
